@@ -1,0 +1,263 @@
+"""ctypes mirror of native/include/lucebox.h: the only module that touches ctypes.
+
+The table below follows the header's order. `Handle` owns one `lb_engine *` and turns every
+non-zero status into a `NativeError` carrying `lb_last_error()`.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+from pathlib import Path
+
+import numpy as np
+
+ABI_VERSION = 1  # must equal LB_ABI_VERSION in lucebox.h
+
+LIB_ENV = "LUCEBOX_LIB"
+LIB_NAME = "liblucebox.so"
+
+# status codes (LB_E_*)
+STATUS_NAMES = {
+    -1: "invalid argument", -2: "I/O error", -3: "format error", -4: "unsupported",
+    -5: "draft/target mismatch", -6: "context overflow", -7: "out of memory",
+    -8: "backend failure", -9: "wrong state",
+}
+E_CONTEXT = -6
+E_OOM = -7
+
+KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2}
+LOG_LEVELS = {"quiet": 0, "error": 1, "info": 2, "debug": 3}
+
+
+class NativeError(RuntimeError):
+    """A liblucebox call failed; `status` is the LB_E_* code, str() the library's message."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(message or STATUS_NAMES.get(status, f"status {status}"))
+        self.status = status
+
+
+class LibraryNotFound(RuntimeError):
+    pass
+
+
+# typedef struct lb_params { ... } lb_params;
+class Params(ctypes.Structure):
+    _fields_ = [
+        ("target_path", ctypes.c_char_p),
+        ("draft_path", ctypes.c_char_p),
+        ("max_ctx", ctypes.c_int32),
+        ("kv_type", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+        ("n_threads", ctypes.c_int32),
+        ("ubatch", ctypes.c_int32),
+        ("max_tree", ctypes.c_int32),
+        ("log_level", ctypes.c_int32),
+    ]
+
+
+# typedef struct lb_model_info { ... } lb_model_info;
+class ModelInfo(ctypes.Structure):
+    _fields_ = [
+        ("n_vocab", ctypes.c_int32),
+        ("n_embd", ctypes.c_int32),
+        ("n_layer", ctypes.c_int32),
+        ("max_ctx", ctypes.c_int32),
+        ("n_past", ctypes.c_int32),
+        ("has_draft", ctypes.c_int32),
+        ("block_size", ctypes.c_int32),
+        ("mask_token_id", ctypes.c_int32),
+        ("max_tree", ctypes.c_int32),
+        ("device", ctypes.c_int32),
+    ]
+
+    def as_dict(self) -> dict:
+        return {name: getattr(self, name) for name, _ in self._fields_}
+
+
+_engine_p = ctypes.c_void_p
+_i32p = ctypes.POINTER(ctypes.c_int32)
+_f32p = ctypes.POINTER(ctypes.c_float)
+
+# (name, restype, argtypes) in header order.
+_PROTOTYPES = [
+    # int32_t lb_abi_version(void);
+    ("lb_abi_version", ctypes.c_int32, []),
+    # const char * lb_last_error(void);
+    ("lb_last_error", ctypes.c_char_p, []),
+    # int32_t lb_device_count(void);
+    ("lb_device_count", ctypes.c_int32, []),
+    # void lb_params_default(lb_params * p);
+    ("lb_params_default", None, [ctypes.POINTER(Params)]),
+    # int32_t lb_load(const lb_params * p, lb_engine ** out);
+    ("lb_load", ctypes.c_int32, [ctypes.POINTER(Params), ctypes.POINTER(_engine_p)]),
+    # int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out);
+    ("lb_model_info_get", ctypes.c_int32, [_engine_p, ctypes.POINTER(ModelInfo)]),
+    # int32_t lb_reset(lb_engine * e);
+    ("lb_reset", ctypes.c_int32, [_engine_p]),
+    # int32_t lb_prefill(lb_engine *, const int32_t * toks, int32_t n, int32_t * out_next,
+    #                    float * logits, int64_t logits_cap);
+    ("lb_prefill", ctypes.c_int32, [_engine_p, _i32p, ctypes.c_int32, _i32p, _f32p, ctypes.c_int64]),
+    # int32_t lb_draft(lb_engine *, int32_t last, int32_t top_k, int32_t * ids, float * logp, int64_t cap);
+    ("lb_draft", ctypes.c_int32, [_engine_p, ctypes.c_int32, ctypes.c_int32, _i32p, _f32p, ctypes.c_int64]),
+    # int32_t lb_verify(lb_engine *, const int32_t * toks, const int32_t * parents, int32_t n,
+    #                   int32_t * out_argmax, float * logits, int64_t logits_cap);
+    ("lb_verify", ctypes.c_int32, [_engine_p, _i32p, _i32p, ctypes.c_int32, _i32p, _f32p, ctypes.c_int64]),
+    # int32_t lb_commit(lb_engine *, const int32_t * path, int32_t n_path);
+    ("lb_commit", ctypes.c_int32, [_engine_p, _i32p, ctypes.c_int32]),
+    # int32_t lb_step(lb_engine *, int32_t tok, int32_t * out_next);
+    ("lb_step", ctypes.c_int32, [_engine_p, ctypes.c_int32, _i32p]),
+    # void lb_free(lb_engine * e);
+    ("lb_free", None, [_engine_p]),
+]
+
+_lib: ctypes.CDLL | None = None
+
+
+def library_path() -> Path:
+    override = os.environ.get(LIB_ENV)
+    if override:
+        path = Path(override)
+        if not path.is_file():
+            raise LibraryNotFound(f"{LIB_ENV}={override} does not exist; unset it or point it at liblucebox.so")
+        return path
+    path = Path(__file__).resolve().parent / LIB_NAME
+    if not path.is_file():
+        raise LibraryNotFound(
+            f"{LIB_NAME} not found next to the lucebox package ({path.parent}); "
+            f"reinstall with `pip install .` or set {LIB_ENV} to a built library")
+    return path
+
+
+def lib() -> ctypes.CDLL:
+    """Load liblucebox once, declare every prototype and check the ABI version."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    handle = ctypes.CDLL(str(library_path()))
+    for name, restype, argtypes in _PROTOTYPES:
+        fn = getattr(handle, name)
+        fn.restype = restype
+        fn.argtypes = argtypes
+    found = handle.lb_abi_version()
+    if found != ABI_VERSION:
+        raise LibraryNotFound(
+            f"liblucebox ABI version {found} != {ABI_VERSION} expected by this Python package; "
+            "rebuild the library from the same checkout")
+    _lib = handle
+    return handle
+
+
+def device_count() -> int:
+    """CUDA devices usable by this build (0 for a CPU-only build)."""
+    return int(lib().lb_device_count())
+
+
+def _check(status: int) -> None:
+    if status != 0:
+        message = lib().lb_last_error()
+        raise NativeError(status, message.decode("utf-8", "replace") if message else "")
+
+
+def _i32(arr: np.ndarray):
+    return arr.ctypes.data_as(_i32p)
+
+
+def _f32_or_null(arr: np.ndarray | None):
+    if arr is None:
+        return None, 0
+    if arr.dtype != np.float32 or not arr.flags.c_contiguous:
+        raise ValueError("logits buffer must be a C-contiguous float32 array")
+    return arr.ctypes.data_as(_f32p), arr.size
+
+
+def _as_i32(values) -> np.ndarray:
+    arr = np.ascontiguousarray(values, dtype=np.int32)
+    if arr.ndim != 1:
+        raise ValueError("token/tree arrays must be one-dimensional")
+    return arr
+
+
+class Handle:
+    """Owns one lb_engine. Low level: arrays in, arrays out; `lucebox.Engine` builds on it."""
+
+    def __init__(self, target_path, draft_path=None, max_ctx=4096, kv_type="f16", device=-1,
+                 n_threads=0, ubatch=512, max_tree=64, log_level="error"):
+        L = lib()
+        if kv_type not in KV_TYPES:
+            raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
+        params = Params()
+        L.lb_params_default(ctypes.byref(params))
+        # keep the encoded paths alive for the duration of lb_load
+        self._target_b = os.fsencode(str(target_path))
+        self._draft_b = os.fsencode(str(draft_path)) if draft_path else None
+        params.target_path = self._target_b
+        params.draft_path = self._draft_b
+        params.max_ctx = max_ctx
+        params.kv_type = KV_TYPES[kv_type]
+        params.device = device
+        params.n_threads = n_threads
+        params.ubatch = ubatch
+        params.max_tree = max_tree
+        params.log_level = LOG_LEVELS[log_level] if isinstance(log_level, str) else int(log_level)
+        out = _engine_p()
+        _check(L.lb_load(ctypes.byref(params), ctypes.byref(out)))
+        self._ptr = out
+        self._next = np.zeros(1, dtype=np.int32)
+        self.info_cache = self.info()
+
+    # --- lifetime -------------------------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self._ptr is None
+
+    def _p(self):
+        if self._ptr is None:
+            raise RuntimeError("engine is closed")
+        return self._ptr
+
+    def close(self) -> None:
+        if getattr(self, "_ptr", None) is not None:
+            lib().lb_free(self._ptr)
+            self._ptr = None
+
+    def __del__(self):
+        self.close()
+
+    # --- calls ----------------------------------------------------------------------------
+    def info(self) -> dict:
+        out = ModelInfo()
+        _check(lib().lb_model_info_get(self._p(), ctypes.byref(out)))
+        return out.as_dict()
+
+    def reset(self) -> None:
+        _check(lib().lb_reset(self._p()))
+
+    def prefill(self, tokens, logits: np.ndarray | None = None) -> int:
+        toks = _as_i32(tokens)
+        lp, cap = _f32_or_null(logits)
+        _check(lib().lb_prefill(self._p(), _i32(toks), toks.size, _i32(self._next), lp, cap))
+        return int(self._next[0])
+
+    def step(self, token: int) -> int:
+        _check(lib().lb_step(self._p(), int(token), _i32(self._next)))
+        return int(self._next[0])
+
+    def draft(self, last: int, ids: np.ndarray, logp: np.ndarray) -> None:
+        """Fill ids[(B-1), K] and logp[(B-1), K] (preallocated, C-contiguous)."""
+        if ids.dtype != np.int32 or logp.dtype != np.float32 or ids.shape != logp.shape or ids.ndim != 2:
+            raise ValueError("draft buffers must be int32 and float32 arrays of one shape [B-1, K]")
+        _check(lib().lb_draft(self._p(), int(last), ids.shape[1], _i32(ids),
+                              logp.ctypes.data_as(_f32p), ids.size))
+
+    def verify(self, tokens: np.ndarray, parents: np.ndarray, out_argmax: np.ndarray,
+               logits: np.ndarray | None = None) -> None:
+        toks, pars = _as_i32(tokens), _as_i32(parents)
+        if pars.size != toks.size or out_argmax.size < toks.size or out_argmax.dtype != np.int32:
+            raise ValueError("verify: tokens, parents and out_argmax (int32) must have one length")
+        lp, cap = _f32_or_null(logits)
+        _check(lib().lb_verify(self._p(), _i32(toks), _i32(pars), toks.size, _i32(out_argmax), lp, cap))
+
+    def commit(self, path) -> None:
+        arr = _as_i32(path)
+        _check(lib().lb_commit(self._p(), _i32(arr), arr.size))

@@ -1,0 +1,156 @@
+/*
+ * lucebox.h: the flat C ABI of liblucebox (speculative decoding on a pinned ggml).
+ *
+ * Conventions
+ *  - Every function that can fail returns int32_t: LB_OK (0) or a negative LB_E_* status;
+ *    lb_last_error() then returns a one-line, thread-local message naming the problem and the fix.
+ *  - The caller owns every buffer (pointer + element count). Only lb_free() frees the engine.
+ *  - No function aborts or exits on user input; C++ exceptions never cross this boundary.
+ *  - Token ids are int32; "position" P is the number of committed tokens in the cache.
+ *
+ * Decode state after prefill / commit: P committed tokens are in the caches (target KV, DeltaNet
+ * state, draft context); `last` (returned by prefill, or the bonus token of a step) is the next token
+ * to feed, NOT yet in any cache. A verify tree is rooted at `last`.
+ *
+ * Python mirror: lucebox/_native.py (same order; bump LB_ABI_VERSION on any change here).
+ */
+#ifndef LUCEBOX_H
+#define LUCEBOX_H
+
+#include <stdint.h>
+
+#if defined(_WIN32)
+#  define LB_API __declspec(dllexport)
+#else
+#  define LB_API __attribute__((visibility("default")))
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define LB_ABI_VERSION 1
+
+/* status codes */
+#define LB_OK              0
+#define LB_E_INVALID_ARG  -1  /* a bad argument: null pointer, size out of range, invalid tree   */
+#define LB_E_IO           -2  /* file missing or unreadable                                      */
+#define LB_E_FORMAT       -3  /* not a GGUF / safetensors, truncated, corrupt, missing tensor   */
+#define LB_E_UNSUPPORTED  -4  /* wrong architecture, tensor type or device we cannot run         */
+#define LB_E_MISMATCH     -5  /* draft does not fit target (hidden size, vocab, layer ids)       */
+#define LB_E_CONTEXT      -6  /* the tokens would exceed max_ctx                                 */
+#define LB_E_OOM          -7  /* a host or device allocation failed                             */
+#define LB_E_BACKEND      -8  /* ggml backend / graph compute failure                            */
+#define LB_E_STATE        -9  /* call out of order (e.g. commit without verify, draft w/o draft) */
+
+/* KV cache element types */
+#define LB_KV_F16   0
+#define LB_KV_Q8_0  1
+#define LB_KV_Q4_0  2
+
+/* log levels for lb_params.log_level (messages go to stderr) */
+#define LB_LOG_QUIET 0
+#define LB_LOG_ERROR 1
+#define LB_LOG_INFO  2
+#define LB_LOG_DEBUG 3
+
+typedef struct lb_engine lb_engine; /* opaque */
+
+typedef struct lb_params {
+    const char * target_path;  /* GGUF file of the target (arch qwen35); required                 */
+    const char * draft_path;   /* DFlash draft folder (config.json + *.safetensors) or NULL       */
+    int32_t max_ctx;           /* tokens of context to allocate (KV cache rows)                   */
+    int32_t kv_type;           /* LB_KV_*                                                          */
+    int32_t device;            /* -1: CPU; >= 0: CUDA device index                                */
+    int32_t n_threads;         /* CPU threads; <= 0: all cores                                    */
+    int32_t ubatch;            /* prefill micro-batch (tokens per graph)                          */
+    int32_t max_tree;          /* most nodes (root included) one lb_verify may take               */
+    int32_t log_level;         /* LB_LOG_*                                                         */
+} lb_params;
+
+typedef struct lb_model_info {
+    int32_t n_vocab;           /* rows of the target's output matrix                              */
+    int32_t n_embd;
+    int32_t n_layer;           /* target layers used (an MTP/nextn block is not counted)          */
+    int32_t max_ctx;
+    int32_t n_past;            /* P: committed tokens                                             */
+    int32_t has_draft;         /* 1 when a draft is loaded                                        */
+    int32_t block_size;        /* draft block size B (0 without draft)                            */
+    int32_t mask_token_id;     /* draft mask token (-1 without draft)                             */
+    int32_t max_tree;
+    int32_t device;            /* as loaded: -1 CPU, else the CUDA device                         */
+} lb_model_info;
+
+/* ABI version of the loaded library; the Python side refuses a mismatch. */
+LB_API int32_t lb_abi_version(void);
+
+/* Thread-local message for the last failing call on this thread ("" if none). */
+LB_API const char * lb_last_error(void);
+
+/* Number of CUDA devices this build can use (0 in a CPU-only build). Never fails. */
+LB_API int32_t lb_device_count(void);
+
+/* Fill *p with defaults (max_ctx 4096, f16 KV, CPU, all threads, ubatch 512, max_tree 64). */
+LB_API void lb_params_default(lb_params * p);
+
+/* Load the target (and draft, if p->draft_path) and allocate caches. *out is set on success. */
+LB_API int32_t lb_load(const lb_params * p, lb_engine ** out);
+
+/* Sizes and current position. */
+LB_API int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out);
+
+/* Forget everything committed (P = 0). */
+LB_API int32_t lb_reset(lb_engine * e);
+
+/*
+ * Feed n tokens after the committed prefix and commit them (P += n), in micro-batches.
+ * out_next: target argmax after the last token (the next `last`).
+ * logits: NULL, or room for n * n_vocab floats (row i = logits after token i), f32.
+ * LB_E_CONTEXT if P + n > max_ctx.
+ */
+LB_API int32_t lb_prefill(lb_engine * e, const int32_t * toks, int32_t n,
+                          int32_t * out_next, float * logits, int64_t logits_cap);
+
+/*
+ * Draft one block: [last, MASK x (B-1)] at positions P..P+B-1, attending to the draft's cached
+ * context (captured target features of the P committed tokens) and the block.
+ * ids, logp: room for (B-1) * top_k each; row j = block position j+1, best first; logp is the
+ * log-softmax over the target's vocabulary. LB_E_STATE without a draft.
+ */
+LB_API int32_t lb_draft(lb_engine * e, int32_t last, int32_t top_k,
+                        int32_t * ids, float * logp, int64_t cap);
+
+/*
+ * One target forward over a token tree rooted at `last`.
+ * toks[n], parents[n]: node 0 is the root (toks[0] = last, parents[0] = -1); every other node has
+ * 0 <= parents[i] < i. Node i sits at position P + depth(i); it attends to the committed prefix and
+ * its own ancestors; DeltaNet layers continue the parent's state.
+ * out_argmax[n]: the target's greedy choice after each node.
+ * logits: NULL or room for n * n_vocab floats (tests, sampling).
+ * LB_E_INVALID_ARG on a malformed tree or n > max_tree; LB_E_CONTEXT if P + n > max_ctx.
+ */
+LB_API int32_t lb_verify(lb_engine * e, const int32_t * toks, const int32_t * parents, int32_t n,
+                         int32_t * out_argmax, float * logits, int64_t logits_cap);
+
+/*
+ * Commit an accepted root-to-node path of the last lb_verify tree: path[0] = 0 (the root), and
+ * path[i] is a child of path[i-1]. Afterwards the caches equal "prefix + toks[path]" (P += n_path):
+ * KV rows moved into place, DeltaNet/conv state of the last path node, its captured features
+ * appended to the draft context. LB_E_STATE without a preceding verify.
+ */
+LB_API int32_t lb_commit(lb_engine * e, const int32_t * path, int32_t n_path);
+
+/*
+ * AR fast path: feed `tok` at position P, commit it, and return the target argmax in *out_next.
+ * Same result as lb_verify(n = 1) + lb_commit([0]).
+ */
+LB_API int32_t lb_step(lb_engine * e, int32_t tok, int32_t * out_next);
+
+/* Free the engine and everything it owns. NULL is a no-op. */
+LB_API void lb_free(lb_engine * e);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* LUCEBOX_H */

@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""Materialize the pinned, patched ggml source (and llama.cpp's converter) into vendor/src/.
+
+Only the standard library is used: this runs from CMake before anything is installed.
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+from pathlib import Path
+
+PACKAGE = "llama-cpp-python"
+VERSION = "0.3.36"
+SDIST_NAME = f"llama_cpp_python-{VERSION}.tar.gz"
+SDIST_SHA256 = "832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e"
+LLAMA_ROOT = f"llama_cpp_python-{VERSION}/vendor/llama.cpp/"
+
+VENDOR = Path(__file__).resolve().parent
+PATCHES = VENDOR / "patches"
+CACHE = VENDOR / "cache"
+DEFAULT_DEST = VENDOR / "src"
+
+# ggml backends we never build; leaving them out keeps vendor/src small enough to travel.
+SKIPPED_BACKENDS = (
+    "ggml-blas", "ggml-cann", "ggml-et", "ggml-hexagon", "ggml-hip", "ggml-metal", "ggml-musa",
+    "ggml-opencl", "ggml-openvino", "ggml-rpc", "ggml-sycl", "ggml-virtgpu", "ggml-vulkan",
+    "ggml-webgpu", "ggml-zdnn", "ggml-zendnn",
+)
+# Top-level llama.cpp entries the converter needs.
+CONVERTER_ENTRIES = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+# Extra llama.cpp entries for building llama-bench from the same pin.
+LLAMA_ENTRIES = ("CMakeLists.txt", "cmake/", "common/", "include/", "src/", "tools/", "vendor/", "licenses/")
+
+
+def fail(msg: str) -> None:
+    sys.exit(f"materialize: error: {msg}")
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def find_or_download_sdist(explicit: str | None) -> Path:
+    candidates = [explicit, os.environ.get("LUCEBOX_SDIST"), str(CACHE / SDIST_NAME)]
+    for c in candidates:
+        if c and Path(c).is_file():
+            return Path(c)
+    if explicit:
+        fail(f"sdist not found at {explicit}")
+    CACHE.mkdir(parents=True, exist_ok=True)
+    print(f"materialize: downloading {PACKAGE}=={VERSION} sdist from PyPI", flush=True)
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           f"{PACKAGE}=={VERSION}", "-d", str(CACHE), "-q"]
+    if subprocess.run(cmd).returncode != 0 or not (CACHE / SDIST_NAME).is_file():
+        fail(f"could not download {PACKAGE}=={VERSION}; offline? pass --sdist FILE or set LUCEBOX_SDIST")
+    return CACHE / SDIST_NAME
+
+
+def patch_series() -> list[Path]:
+    return sorted(PATCHES.glob("*.patch"))
+
+
+def stamp_for(sdist_sha: str, with_llama: bool) -> dict:
+    return {
+        "sdist_sha256": sdist_sha,
+        "patches": {p.name: sha256_of(p) for p in patch_series()},
+        "with_llama": with_llama,
+    }
+
+
+def wanted(member: str, with_llama: bool) -> str | None:
+    """Map an sdist member to its path under dest, or None to skip it."""
+    if not member.startswith(LLAMA_ROOT):
+        return None
+    rel = member[len(LLAMA_ROOT):]
+    if rel.startswith("ggml/"):
+        parts = rel.split("/")
+        if len(parts) > 2 and parts[1] == "src" and parts[2] in SKIPPED_BACKENDS:
+            return None
+        return rel
+    if any(rel == e or (e.endswith("/") and rel.startswith(e)) for e in CONVERTER_ENTRIES):
+        return "llama.cpp/" + rel
+    if with_llama and any(rel == e or (e.endswith("/") and rel.startswith(e)) for e in LLAMA_ENTRIES):
+        return "llama.cpp/" + rel
+    return None
+
+
+def extract(sdist: Path, dest: Path, with_llama: bool) -> None:
+    with tarfile.open(sdist, "r:gz") as tar:
+        for m in tar.getmembers():
+            if not (m.isfile() or m.isdir()):
+                continue
+            rel = wanted(m.name, with_llama)
+            if rel is None:
+                continue
+            out = dest / rel
+            if m.isdir():
+                out.mkdir(parents=True, exist_ok=True)
+                continue
+            out.parent.mkdir(parents=True, exist_ok=True)
+            with tar.extractfile(m) as src, open(out, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+            os.chmod(out, 0o755 if m.mode & 0o111 else 0o644)
+    # ggml's CMake configures ggml.pc.in in standalone builds; the sdist lacks it. We build ggml
+    # through add_subdirectory, but a stub keeps a standalone build (tests, benches) working too.
+    pc = dest / "ggml" / "ggml.pc.in"
+    if not pc.exists():
+        pc.write_text("Name: ggml\nDescription: ggml (lucebox pin)\nVersion: @GGML_VERSION@\n"
+                      "Libs: -L@CMAKE_INSTALL_FULL_LIBDIR@ -lggml\nCflags: -I@CMAKE_INSTALL_FULL_INCLUDEDIR@\n")
+
+
+def apply_patches(ggml_dir: Path) -> None:
+    for p in patch_series():
+        # --directory is relative to the git root; apply inside ggml/ with paths relative to it.
+        r = subprocess.run(["git", "apply", "--whitespace=nowarn", "-p1", str(p)], cwd=ggml_dir,
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            fail(f"patch {p.name} does not apply: {r.stderr.strip()}")
+        print(f"materialize: applied {p.name}", flush=True)
+
+
+def materialize(sdist_arg: str | None, dest: Path, with_llama: bool, force: bool) -> Path:
+    stamp_file = dest / "stamp.json"
+    sdist = find_or_download_sdist(sdist_arg)
+    sdist_sha = sha256_of(sdist)
+    if sdist_sha != SDIST_SHA256:
+        fail(f"{sdist} has sha256 {sdist_sha}, expected {SDIST_SHA256}: wrong or corrupt download; delete it")
+    want = stamp_for(sdist_sha, with_llama)
+    if not force and stamp_file.is_file():
+        have = json.loads(stamp_file.read_text())
+        if have == want or (have.get("with_llama") and not with_llama
+                            and {**have, "with_llama": False} == want):
+            return dest
+    tmp = Path(tempfile.mkdtemp(prefix="materialize-", dir=dest.parent if dest.parent.exists() else None))
+    try:
+        extract(sdist, tmp, with_llama)
+        apply_patches(tmp / "ggml")
+        (tmp / "stamp.json").write_text(json.dumps(want, indent=1))
+        if dest.exists():
+            shutil.rmtree(dest)
+        tmp.rename(dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    print(f"materialize: ggml ready in {dest}", flush=True)
+    return dest
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--sdist", help="path to an already downloaded sdist (offline use)")
+    ap.add_argument("--dest", default=str(DEFAULT_DEST), help="output folder (default vendor/src)")
+    ap.add_argument("--with-llama", action="store_true", help="also extract llama.cpp (for llama-bench)")
+    ap.add_argument("--force", action="store_true", help="re-extract even if up to date")
+    args = ap.parse_args()
+    dest = Path(args.dest).resolve()
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    materialize(args.sdist, dest, args.with_llama, args.force)
+
+
+if __name__ == "__main__":
+    main()

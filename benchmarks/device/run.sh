@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
+#   bash benchmarks/device/run.sh [stage...]     stages: build llama test bench all (default: all)
+# The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
+# gguf, dflash, transformers) with the call. Results and logs go under $OUT.
+set -uo pipefail
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+OUT="${OUT:-$ROOT/build/device-out}"
+mkdir -p "$OUT"
+JOBS="$(nproc)"
+BUILD="$ROOT/build/cuda"
+LLAMA_BUILD="$ROOT/build/llama"
+WORK="${LUCEBOX_DEVICE_WORK:-/tmp/lucebox-device}"   # big generated files (not brought back)
+mkdir -p "$WORK"
+export PYTHONUNBUFFERED=1
+
+log() { echo "== $(date +%T) $*"; }
+
+setup_python() {
+    if [ -d .whl ] && [ ! -d /tmp/site ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl/*.whl || exit 1
+    fi
+    export PYTHONPATH="/tmp/site:$ROOT${PYTHONPATH:+:$PYTHONPATH}"
+}
+
+stage_build() {
+    log "build liblucebox (CUDA sm_90, $JOBS jobs)"
+    cmake -S . -B "$BUILD" -G Ninja -DLUCEBOX_CUDA=ON -DLUCEBOX_CUDA_ARCHS=90 -DLUCEBOX_BUILD_TOOLS=ON \
+        -DLUCEBOX_GGML_DIR="$ROOT/vendor/src/ggml" >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; return 1; }
+    /usr/bin/time -f "build wall %e s" cmake --build "$BUILD" -j "$JOBS" >>"$OUT/build.log" 2>&1 \
+        || { grep -m5 -B2 -A8 "error" "$OUT/build.log"; return 1; }
+    tail -1 "$OUT/build.log"
+}
+
+stage_llama() {
+    log "build llama-bench from the same pin"
+    bash benchmarks/build_llama_bench.sh "$LLAMA_BUILD" >"$OUT/llama_build.log" 2>&1 \
+        || { tail -30 "$OUT/llama_build.log"; return 1; }
+}
+
+stage_test() {
+    log "GPU tests"
+    export LUCEBOX_LIB="$BUILD/liblucebox.so" LUCEBOX_TOOLS_DIR="$BUILD" LUCEBOX_TEST_BACKEND=cuda
+    python3 -m pytest -q -x tests ${LUCEBOX_DEVICE_TESTS:-} 2>&1 | tee "$OUT/tests.log" | tail -25
+}
+
+stage_bench() {
+    log "benchmarks"
+    export LUCEBOX_LIB="$BUILD/liblucebox.so"
+    bash benchmarks/device/bench.sh "$BUILD" "$LLAMA_BUILD" "$WORK" "$OUT"
+}
+
+setup_python
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+stages=("$@")
+[ ${#stages[@]} -eq 0 ] && stages=(all)
+rc=0
+for s in "${stages[@]}"; do
+    case "$s" in
+        all) stage_build && stage_llama && stage_test; stage_bench || rc=1 ;;
+        build|llama|test|bench) "stage_$s" || rc=1 ;;
+        *) echo "unknown stage $s"; exit 2 ;;
+    esac
+done
+exit $rc

@@ -1,0 +1,245 @@
+"""DDTree: the draft tree (step 2) and the greedy acceptance walk (step 4) of one decode step.
+
+The draft gives, for block positions j = 1..L, its top-K tokens `ids[L, K]` and their log-probs
+`logp[L, K]` (best first). Its positions are independent (a factorized distribution), so a
+continuation that picks rank r_j at each depth j has log-prob sum_j logp[j, r_j]. The tree holds the
+`budget` most probable prefixes, found best-first: pop the best candidate prefix from a max-heap,
+add it, push its first child (rank 0 one level deeper) and its next sibling (next rank, same
+parent). Both successors score no better than the popped prefix, so pops come out in non-increasing
+score order and every prefix enters after its parent: the result is prefix-closed and is exactly
+the top-`budget` prefixes. Each pop costs O(log budget).
+
+With `chain_seed` the draft's whole top-1 chain goes in first (so the accepted length is never
+below chain mode's) and best-first fills the rest of the budget.
+
+Output layout (what lb_verify takes): node 0 is the root (`last`), every parent precedes its
+children, in DFS preorder with children best first, so the top-1 chain sits at indices 0..c and
+committing it moves no KV rows. Node sets are tiny (budget ~22), so plain Python lists beat numpy
+in the loops; numpy only holds the results.
+"""
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass, field
+
+import numpy as np
+
+DEFAULT_BUDGET = 22
+# EngineConfig accepts max_tree up to 1024 nodes, root included; a tree never needs more.
+MAX_BUDGET = 1023
+
+
+@dataclass(eq=False)
+class Tree:
+    """A verify tree of N draft nodes plus the root; every array has N + 1 entries."""
+
+    tokens: np.ndarray     # int32: tokens[0] = last (the root), then the draft nodes
+    parents: np.ndarray    # int32: parents[0] = -1, else 0 <= parents[i] < i
+    depth: np.ndarray      # int32: 0 for the root; depth d = block position d after `last`
+    rank: np.ndarray       # int32: draft rank of each token at its depth (root: -1)
+    pop_index: np.ndarray  # int32: when each node entered (root 0, then chain, then best-first)
+    logp_cum: np.ndarray | None = None  # float64: path log-prob under the draft (root 0), or None
+    _children: dict | None = field(default=None, repr=False)  # (parent, token) -> child
+
+    @property
+    def n_nodes(self) -> int:
+        """Nodes including the root (what lb_verify's n is)."""
+        return len(self.tokens)
+
+    def children_by_token(self) -> dict:
+        """(parent index, token) -> child index; the best child wins if siblings share a token."""
+        if self._children is None:
+            self._children = _children_map(self.parents.tolist(), self.tokens.tolist())
+        return self._children
+
+
+def check_params(budget: int, top_k: int) -> None:
+    """Raise ValueError when the tree budget or the draft's top-k is out of range."""
+    if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
+        raise ValueError(f"budget must be an integer number of draft nodes, got {budget!r}")
+    if not 1 <= budget <= MAX_BUDGET:
+        raise ValueError(f"budget must be in [1, {MAX_BUDGET}] draft nodes, got {budget}")
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
+        raise ValueError(f"top_k must be an integer >= 1 (draft candidates per position), got {top_k!r}")
+
+
+def build_tree(ids: np.ndarray, logp: np.ndarray, last: int, budget: int = DEFAULT_BUDGET,
+               chain_seed: bool = True) -> Tree:
+    """The DDTree over the draft's top-K: at most `budget` draft nodes below the root `last`.
+
+    ids: int [L, K] draft candidates per block position, best first; logp: float [L, K] their
+    log-probs (log-softmax values, so each row is non-increasing and <= 0).
+    """
+    _check_draft(ids, logp)
+    n_pos, top_k = ids.shape
+    check_params(budget, top_k)
+    idl = ids.tolist()
+    lpl = logp.tolist()  # Python floats: scores are float64 sums, one add per depth
+
+    # nodes in the order they enter; index 0 is the root
+    tok, par, dep, rnk, score = [int(last)], [-1], [0], [-1], [0.0]
+    heap = []  # (-score, depth - 1, rank, parent): ties go to the shallower, then better-ranked
+    if chain_seed:
+        for d in range(min(n_pos, budget)):
+            s = score[d] + lpl[d][0]
+            tok.append(idl[d][0]); par.append(d); dep.append(d + 1); rnk.append(0); score.append(s)
+            if top_k > 1:
+                heap.append((-(score[d] + lpl[d][1]), d, 1, d))
+        if len(tok) - 1 < n_pos:
+            heap.append((-(score[-1] + lpl[len(tok) - 1][0]), len(tok) - 1, 0, len(tok) - 1))
+        heapq.heapify(heap)
+    else:
+        heap.append((-lpl[0][0], 0, 0, 0))
+    pop, push = heapq.heappop, heapq.heappush
+    n = len(tok)
+    while n <= budget and heap:
+        neg, d, r, p = pop(heap)
+        tok.append(idl[d][r]); par.append(p); dep.append(d + 1); rnk.append(r); score.append(-neg)
+        if d + 1 < n_pos:
+            push(heap, (neg - lpl[d + 1][0], d + 1, 0, n))
+        if r + 1 < top_k:
+            push(heap, (-(score[p] + lpl[d][r + 1]), d, r + 1, p))
+        n += 1
+    return _preorder(tok, par, dep, rnk, score)
+
+
+def chain_tree(ids: np.ndarray, last: int, n: int, logp: np.ndarray | None = None) -> Tree:
+    """Chain mode: the draft's top-1 chain, min(n, L) nodes below the root `last`."""
+    ids = np.asarray(ids)
+    if ids.ndim != 2 or ids.shape[0] < 1 or ids.shape[1] < 1:
+        raise ValueError(f"ids must be a 2-D [positions, top_k] array with both sizes >= 1, got shape {ids.shape}")
+    check_params(n, ids.shape[1])
+    m = min(int(n), ids.shape[0])
+    tokens = np.empty(m + 1, np.int32)
+    tokens[0] = last
+    tokens[1:] = ids[:m, 0]
+    steps = np.arange(m + 1, dtype=np.int32)
+    cum = None
+    if logp is not None:
+        cum = np.zeros(m + 1)
+        np.cumsum(np.asarray(logp, np.float64)[:m, 0], out=cum[1:])
+    rank = np.zeros(m + 1, np.int32)
+    rank[0] = -1
+    return Tree(tokens, steps - 1, steps.copy(), rank, steps.copy(), cum)
+
+
+def walk(tree: Tree, target_argmax: np.ndarray) -> tuple[np.ndarray, int]:
+    """Greedy acceptance: follow the target's choice from the root while a child matches it.
+
+    Returns (path, bonus): path = node indices from the root (path[0] = 0), len(path) - 1 accepted
+    draft tokens; bonus = the target's choice after the last path node.
+    """
+    am = target_argmax.tolist() if isinstance(target_argmax, np.ndarray) else list(target_argmax)
+    if len(am) != len(tree.tokens):
+        raise ValueError(f"target_argmax has {len(am)} entries but the tree has {len(tree.tokens)} nodes; "
+                         "pass the verify output for exactly this tree")
+    child = tree.children_by_token().get
+    path = [0]
+    cur = 0
+    while True:
+        nxt = child((cur, am[cur]))
+        if nxt is None:
+            return np.array(path, np.int32), int(am[cur])
+        path.append(nxt)
+        cur = nxt
+
+
+def validate_tree(parents, tokens=None, max_nodes: int | None = None) -> None:
+    """Raise ValueError unless `parents` (and `tokens`) form a tree lb_verify accepts."""
+    p = np.asarray(parents)
+    if p.ndim != 1 or p.size < 1:
+        raise ValueError(f"parents must be a non-empty 1-D array, got shape {p.shape}")
+    if p.dtype.kind not in "iu":
+        raise ValueError(f"parents must hold integers, got dtype {p.dtype}")
+    if p[0] != -1:
+        raise ValueError(f"parents[0] must be -1 (node 0 is the root), got {p[0]}")
+    bad = np.flatnonzero((p[1:] < 0) | (p[1:] >= np.arange(1, p.size)))
+    if bad.size:
+        i = int(bad[0]) + 1
+        raise ValueError(f"parents[{i}] = {p[i]} but every non-root node needs 0 <= parent < its index {i}; "
+                         "order nodes so parents come first")
+    if max_nodes is not None and p.size > max_nodes:
+        raise ValueError(f"tree has {p.size} nodes (root included) but at most {max_nodes} fit one verify; "
+                         "lower the budget or raise max_tree")
+    if tokens is not None:
+        t = np.asarray(tokens)
+        if t.shape != p.shape:
+            raise ValueError(f"tokens has shape {t.shape} but parents has {p.shape}; they must match")
+        if t.dtype.kind not in "iu":
+            raise ValueError(f"tokens must hold integers, got dtype {t.dtype}")
+        if t.size and t.min() < 0:
+            raise ValueError(f"tokens must be >= 0, got {int(t.min())} at index {int(np.argmin(t))}")
+
+
+def tree_from_parents(tokens, parents) -> Tree:
+    """A Tree from hand-made arrays (tests, other drafters); validates, derives depth."""
+    validate_tree(parents, tokens)
+    par = np.asarray(parents, np.int32)
+    depth = np.zeros(par.size, np.int32)
+    for i in range(1, par.size):
+        depth[i] = depth[par[i]] + 1
+    rank = np.full(par.size, -1, np.int32)
+    return Tree(np.asarray(tokens, np.int32).copy(), par.copy(), depth, rank, np.arange(par.size, dtype=np.int32))
+
+
+def _check_draft(ids: np.ndarray, logp: np.ndarray) -> None:
+    if not isinstance(ids, np.ndarray) or not isinstance(logp, np.ndarray):
+        raise ValueError("ids and logp must be numpy arrays")
+    if ids.ndim != 2 or ids.shape != logp.shape:
+        raise ValueError(f"ids and logp must both be 2-D [positions, top_k] of one shape, "
+                         f"got {ids.shape} and {logp.shape}")
+    if ids.shape[0] < 1:
+        raise ValueError("the draft gave no block positions (ids has 0 rows); the block size must be >= 2")
+    if ids.shape[1] < 1:
+        raise ValueError("top_k must be >= 1, but ids has 0 columns")
+    if ids.dtype.kind not in "iu" or logp.dtype.kind != "f":
+        raise ValueError(f"ids must be integer and logp floating point, got {ids.dtype} and {logp.dtype}")
+
+
+def _preorder(tok: list, par: list, dep: list, rnk: list, score: list) -> Tree:
+    """Lay out nodes given in entry order (parents first, siblings best first) in DFS preorder.
+
+    A node's preorder slot is its parent's slot + 1 + the subtree sizes of its better siblings,
+    so two flat passes do it: subtree sizes bottom-up, then slots top-down.
+    """
+    m = len(tok)
+    size = [1] * m
+    for i in range(m - 1, 0, -1):
+        size[par[i]] += size[i]
+    slot = [0] * m
+    free = [1] * m  # next free slot for a node's next child
+    children = {}
+    for i in range(1, m):
+        p = par[i]
+        s = free[p]
+        slot[i] = s
+        free[p] = s + size[i]
+        free[i] = s + 1
+        key = (slot[p], tok[i])
+        if key not in children:
+            children[key] = s
+    where = np.array(slot, np.intp)
+    tokens = np.empty(m, np.int32)
+    tokens[where] = tok
+    parents = np.empty(m, np.int32)
+    par[0] = 0
+    parents[where] = where[par]
+    parents[0] = -1
+    depth = np.empty(m, np.int32)
+    depth[where] = dep
+    rank = np.empty(m, np.int32)
+    rank[where] = rnk
+    pop_index = np.empty(m, np.int32)
+    pop_index[where] = np.arange(m, dtype=np.int32)
+    logp_cum = np.empty(m)
+    logp_cum[where] = score
+    return Tree(tokens, parents, depth, rank, pop_index, logp_cum, children)
+
+
+def _children_map(parents: list, tokens: list) -> dict:
+    children = {}
+    for i in range(1, len(parents)):
+        key = (parents[i], tokens[i])
+        if key not in children:
+            children[key] = i
+    return children

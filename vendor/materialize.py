@@ -35,8 +35,18 @@ SKIPPED_BACKENDS = (
 )
 # Top-level llama.cpp entries the converter needs.
 CONVERTER_ENTRIES = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
-# Extra llama.cpp entries for building llama-bench from the same pin.
-LLAMA_ENTRIES = ("CMakeLists.txt", "cmake/", "common/", "include/", "src/", "tools/", "vendor/", "licenses/")
+# Extra llama.cpp entries for building llama-bench from the same pin (with --with-llama), plus a
+# pristine, unpatched copy of ggml at llama.cpp/ggml (the sdist's own layout): the baseline must run
+# stock ggml, not ours.
+LLAMA_ENTRIES = ("CMakeLists.txt", "LICENSE", "cmake/", "common/", "include/", "src/", "tools/", "vendor/", "licenses/")
+# Path prefixes inside those entries that llama-bench never reads (the web UI and server,
+# only configured with LLAMA_BUILD_SERVER; a 4 MB header only libmtmd includes; media fixtures).
+# Leaving them out keeps vendor/src small enough to travel to the GPU machine.
+LLAMA_SKIPPED = ("tools/ui/", "tools/server/", "vendor/miniaudio/miniaudio.h",
+                 "tools/mtmd/test-", "tools/mtmd/tests/")
+# Bump when the --with-llama layout changes, so an older llama.cpp tree is re-extracted (only stamps
+# made with --with-llama carry it: a ggml-only tree stays valid and nobody's ggml build goes stale).
+LLAMA_LAYOUT = 2
 
 
 def fail(msg: str) -> None:
@@ -72,28 +82,41 @@ def patch_series() -> list[Path]:
 
 
 def stamp_for(sdist_sha: str, with_llama: bool) -> dict:
-    return {
+    stamp = {
         "sdist_sha256": sdist_sha,
         "patches": {p.name: sha256_of(p) for p in patch_series()},
         "with_llama": with_llama,
     }
+    if with_llama:
+        stamp["llama_layout"] = LLAMA_LAYOUT
+    return stamp
 
 
-def wanted(member: str, with_llama: bool) -> str | None:
-    """Map an sdist member to its path under dest, or None to skip it."""
+def ggml_part(stamp: dict) -> dict:
+    """The stamp of the ggml-only tree contained in `stamp`'s tree."""
+    return {**{k: v for k, v in stamp.items() if k != "llama_layout"}, "with_llama": False}
+
+
+def _under(rel: str, entries: tuple[str, ...]) -> bool:
+    return any(rel == e or (e.endswith("/") and rel.startswith(e)) for e in entries)
+
+
+def wanted(member: str, with_llama: bool) -> list[str]:
+    """Map an sdist member to its paths under dest (none: skip it)."""
     if not member.startswith(LLAMA_ROOT):
-        return None
+        return []
     rel = member[len(LLAMA_ROOT):]
     if rel.startswith("ggml/"):
         parts = rel.split("/")
         if len(parts) > 2 and parts[1] == "src" and parts[2] in SKIPPED_BACKENDS:
-            return None
-        return rel
-    if any(rel == e or (e.endswith("/") and rel.startswith(e)) for e in CONVERTER_ENTRIES):
-        return "llama.cpp/" + rel
-    if with_llama and any(rel == e or (e.endswith("/") and rel.startswith(e)) for e in LLAMA_ENTRIES):
-        return "llama.cpp/" + rel
-    return None
+            return []
+        # ggml/ gets our patches; llama.cpp/ggml/ stays stock for the llama-bench baseline.
+        return [rel, "llama.cpp/" + rel] if with_llama else [rel]
+    if _under(rel, CONVERTER_ENTRIES):
+        return ["llama.cpp/" + rel]
+    if with_llama and _under(rel, LLAMA_ENTRIES) and not rel.startswith(LLAMA_SKIPPED):
+        return ["llama.cpp/" + rel]
+    return []
 
 
 def extract(sdist: Path, dest: Path, with_llama: bool) -> None:
@@ -101,30 +124,32 @@ def extract(sdist: Path, dest: Path, with_llama: bool) -> None:
         for m in tar.getmembers():
             if not (m.isfile() or m.isdir()):
                 continue
-            rel = wanted(m.name, with_llama)
-            if rel is None:
-                continue
-            out = dest / rel
-            if m.isdir():
-                out.mkdir(parents=True, exist_ok=True)
-                continue
-            out.parent.mkdir(parents=True, exist_ok=True)
-            with tar.extractfile(m) as src, open(out, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-            os.chmod(out, 0o755 if m.mode & 0o111 else 0o644)
+            for rel in wanted(m.name, with_llama):
+                out = dest / rel
+                if m.isdir():
+                    out.mkdir(parents=True, exist_ok=True)
+                    continue
+                out.parent.mkdir(parents=True, exist_ok=True)
+                with tar.extractfile(m) as src, open(out, "wb") as dst:
+                    shutil.copyfileobj(src, dst)
+                os.chmod(out, 0o755 if m.mode & 0o111 else 0o644)
     # ggml's CMake configures ggml.pc.in in standalone builds; the sdist lacks it. We build ggml
     # through add_subdirectory, but a stub keeps a standalone build (tests, benches) working too.
-    pc = dest / "ggml" / "ggml.pc.in"
-    if not pc.exists():
-        pc.write_text("Name: ggml\nDescription: ggml (lucebox pin)\nVersion: @GGML_VERSION@\n"
-                      "Libs: -L@CMAKE_INSTALL_FULL_LIBDIR@ -lggml\nCflags: -I@CMAKE_INSTALL_FULL_INCLUDEDIR@\n")
+    for ggml_dir in (dest / "ggml", dest / "llama.cpp" / "ggml"):
+        pc = ggml_dir / "ggml.pc.in"
+        if ggml_dir.is_dir() and not pc.exists():
+            pc.write_text("Name: ggml\nDescription: ggml (lucebox pin)\nVersion: @GGML_VERSION@\n"
+                          "Libs: -L@CMAKE_INSTALL_FULL_LIBDIR@ -lggml\nCflags: -I@CMAKE_INSTALL_FULL_INCLUDEDIR@\n")
 
 
 def apply_patches(ggml_dir: Path) -> None:
     for p in patch_series():
         # --directory is relative to the git root; apply inside ggml/ with paths relative to it.
+        # Inside another git work tree (this repository), `git apply` would silently skip every path
+        # outside it; a ceiling directory keeps git from discovering that repository.
+        env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(ggml_dir.parent)}
         r = subprocess.run(["git", "apply", "--whitespace=nowarn", "-p1", str(p)], cwd=ggml_dir,
-                           capture_output=True, text=True)
+                           capture_output=True, text=True, env=env)
         if r.returncode != 0:
             fail(f"patch {p.name} does not apply: {r.stderr.strip()}")
         print(f"materialize: applied {p.name}", flush=True)
@@ -139,8 +164,7 @@ def materialize(sdist_arg: str | None, dest: Path, with_llama: bool, force: bool
     want = stamp_for(sdist_sha, with_llama)
     if not force and stamp_file.is_file():
         have = json.loads(stamp_file.read_text())
-        if have == want or (have.get("with_llama") and not with_llama
-                            and {**have, "with_llama": False} == want):
+        if have == want or (not with_llama and ggml_part(have) == want):
             return dest
     tmp = Path(tempfile.mkdtemp(prefix="materialize-", dir=dest.parent if dest.parent.exists() else None))
     try:

@@ -38,7 +38,8 @@ CONVERTER_ENTRIES = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
 # Extra llama.cpp entries for building llama-bench from the same pin (with --with-llama), plus a
 # pristine, unpatched copy of ggml at llama.cpp/ggml (the sdist's own layout): the baseline must run
 # stock ggml, not ours.
-LLAMA_ENTRIES = ("CMakeLists.txt", "LICENSE", "cmake/", "common/", "include/", "src/", "tools/", "vendor/", "licenses/")
+LLAMA_ENTRIES = ("CMakeLists.txt", "LICENSE", "cmake/", "common/", "include/", "src/", "tools/", "vendor/",
+                 "licenses/")
 # Path prefixes inside those entries that llama-bench never reads (the web UI and server,
 # only configured with LLAMA_BUILD_SERVER; a 4 MB header only libmtmd includes; media fixtures).
 # Leaving them out keeps vendor/src small enough to travel to the GPU machine.

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
-#   bash benchmarks/device/run.sh [stage...]     stages: build llama test bench all (default: all)
+#   bash benchmarks/device/run.sh [stage...]     stages: build test bench all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results and logs go under $OUT.
 set -uo pipefail
@@ -10,7 +10,6 @@ OUT="${OUT:-$ROOT/build/device-out}"
 mkdir -p "$OUT"
 JOBS="$(nproc)"
 BUILD="$ROOT/build/cuda"
-LLAMA_BUILD="$ROOT/build/llama"
 WORK="${LUCEBOX_DEVICE_WORK:-/tmp/lucebox-device}"   # big generated files (not brought back)
 mkdir -p "$WORK"
 export PYTHONUNBUFFERED=1
@@ -27,17 +26,14 @@ setup_python() {
 
 stage_build() {
     log "build liblucebox (CUDA sm_90, $JOBS jobs)"
+    # llama-bench (the baseline) builds in the same tree against the same ggml targets.
     cmake -S . -B "$BUILD" -G Ninja -DLUCEBOX_CUDA=ON -DLUCEBOX_CUDA_ARCHS=90 -DLUCEBOX_BUILD_TOOLS=ON \
-        -DLUCEBOX_GGML_DIR="$ROOT/vendor/src/ggml" >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; return 1; }
-    /usr/bin/time -f "build wall %e s" cmake --build "$BUILD" -j "$JOBS" >>"$OUT/build.log" 2>&1 \
+        -DLUCEBOX_GGML_DIR="$ROOT/vendor/src/ggml" -DLUCEBOX_LLAMA_DIR="$ROOT/vendor/src/llama.cpp" \
+        >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; return 1; }
+    local t0=$SECONDS
+    cmake --build "$BUILD" -j "$JOBS" --target all llama-bench >>"$OUT/build.log" 2>&1 \
         || { grep -m5 -B2 -A8 "error" "$OUT/build.log"; return 1; }
-    tail -1 "$OUT/build.log"
-}
-
-stage_llama() {
-    log "build llama-bench from the same pin"
-    bash benchmarks/build_llama_bench.sh "$LLAMA_BUILD" >"$OUT/llama_build.log" 2>&1 \
-        || { tail -30 "$OUT/llama_build.log"; return 1; }
+    echo "build wall $((SECONDS - t0)) s"
 }
 
 stage_test() {
@@ -49,7 +45,7 @@ stage_test() {
 stage_bench() {
     log "benchmarks"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
-    bash benchmarks/device/bench.sh "$BUILD" "$LLAMA_BUILD" "$WORK" "$OUT"
+    bash benchmarks/device/bench.sh "$BUILD" "$WORK" "$OUT"
 }
 
 setup_python
@@ -59,8 +55,8 @@ stages=("$@")
 rc=0
 for s in "${stages[@]}"; do
     case "$s" in
-        all) stage_build && stage_llama && stage_test; stage_bench || rc=1 ;;
-        build|llama|test|bench) "stage_$s" || rc=1 ;;
+        all) stage_build && { stage_test; stage_bench; } || rc=1 ;;
+        build|test|bench) "stage_$s" || rc=1 ;;
         *) echo "unknown stage $s"; exit 2 ;;
     esac
 done

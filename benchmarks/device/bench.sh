@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# GPU benchmark tables, all measured in one run on one machine:
+#   copy bandwidth, llama.cpp llama-bench tg128 vs lucebox AR on a 27B-shaped synthetic Q4_K_M,
+#   per-step speculative timings (27B-shaped random BF16 draft) at 8K and 32K, tree-op timings,
+#   and AR / chain / DDTree tok/s on the embedded default pair when it is present.
+#   bash benchmarks/device/bench.sh BUILD_DIR WORK_DIR OUT_DIR
+set -uo pipefail
+BUILD="$1"; WORK="$2"; OUT="$3"
+ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+cd "$ROOT"
+T="$WORK/synth-27b-q4_k_m.gguf"; D="$WORK/synth-27b-dflash"
+
+log() { echo "== $(date +%T) $*"; }
+
+if [ ! -f "$T" ]; then
+    log "generate synthetic 27B target + draft"
+    python3 benchmarks/synth_target.py --out "$T" --seed 1 >"$OUT/synth.log" 2>&1 || tail "$OUT/synth.log"
+    python3 benchmarks/synth_draft.py --out "$D" --seed 1 >>"$OUT/synth.log" 2>&1 || tail "$OUT/synth.log"
+fi
+
+log "copy bandwidth"
+COPY_GBS=$(python3 - <<'PY'
+import torch
+n = 1 << 30  # 4 GiB of f32 per buffer
+a = torch.randn(n, device="cuda"); b = torch.empty_like(a)
+for _ in range(3): b.copy_(a)
+torch.cuda.synchronize()
+s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+ts = []
+for _ in range(10):
+    s.record(); b.copy_(a); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e) / 1e3)
+ts.sort()
+print(f"{2 * a.numel() * 4 / ts[len(ts) // 2] / 1e9:.0f}")
+PY
+)
+echo "copy bandwidth (read + write): $COPY_GBS GB/s" | tee "$OUT/copy_bw.txt"
+
+log "llama.cpp llama-bench tg128 (same pin, same ggml build)"
+LB="$BUILD/bin/llama-bench"
+"$LB" -m "$T" -ngl 99 -p 0 -n 128 -r 3 -fa 0,1 -o md 2>"$OUT/llama_bench.err" | tee "$OUT/llama_bench.md"
+
+log "lucebox AR + speculative step timings"
+python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192,32768 --n-gen 128 \
+    --copy-gbs "$COPY_GBS" --json "$OUT/step_bench.json" 2>&1 | tee "$OUT/step_bench.md"
+
+log "tree ops"
+"$BUILD/tree_ops_check" bench --backend cuda 2>&1 | tee "$OUT/tree_ops.md"
+
+if [ -f lucebox/models/default/target.gguf ]; then
+    log "embedded default pair: AR vs chain vs DDTree"
+    python3 -m lucebox bench --device cuda --n-gen 128 --modes ar,chain,ddtree \
+        --json "$OUT/tiny_pair.json" 2>&1 | tee "$OUT/tiny_pair.md"
+fi

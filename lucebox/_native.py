@@ -25,7 +25,7 @@ STATUS_NAMES = {
 E_CONTEXT = -6
 E_OOM = -7
 
-KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2}
+KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2, "f32": 3}
 LOG_LEVELS = {"quiet": 0, "error": 1, "info": 2, "debug": 3}
 
 
@@ -220,6 +220,12 @@ class Handle:
         if getattr(self, "_ptr", None) is not None:
             lib().lb_free(self._ptr)
             self._ptr = None
+
+    def __enter__(self) -> "Handle":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def __del__(self):
         self.close()

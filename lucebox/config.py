@@ -4,7 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KV_TYPES = ("f16", "q8_0", "q4_0")
+KV_TYPES = ("f16", "q8_0", "q4_0", "f32")
 MODES = ("auto", "ar", "chain", "ddtree")
 DEFAULT_BUDGET = 22
 DEFAULT_TOP_K = 8

@@ -47,6 +47,7 @@ extern "C" {
 #define LB_KV_F16   0
 #define LB_KV_Q8_0  1
 #define LB_KV_Q4_0  2
+#define LB_KV_F32   3  /* exact reference arithmetic (tests); 2x the bytes of f16 */
 
 /* log levels for lb_params.log_level (messages go to stderr) */
 #define LB_LOG_QUIET 0

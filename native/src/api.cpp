@@ -1,0 +1,116 @@
+// api.cpp: the extern "C" boundary. Every call runs inside guarded(): C++ exceptions become a
+// status code plus a thread-local message (lb_last_error), and never cross into the caller.
+#include <new>
+#include <string>
+
+#include "engine.hpp"
+#include "error.hpp"
+#include "lucebox.h"
+
+namespace {
+
+thread_local std::string t_last_error;
+
+int32_t fail(int32_t status, const char * message) {
+    t_last_error = message;
+    return status;
+}
+
+template <typename F>
+int32_t guarded(F && f) {
+    try {
+        f();
+        return LB_OK;
+    } catch (const lb::Error & e) {
+        return fail(e.status, e.what());
+    } catch (const std::bad_alloc &) {
+        return fail(LB_E_OOM, "out of host memory");
+    } catch (const std::exception & e) {
+        return fail(LB_E_BACKEND, e.what());
+    } catch (...) {
+        return fail(LB_E_BACKEND, "unknown native error");
+    }
+}
+
+#define LB_NEED_ENGINE(e, fn) \
+    if (!(e)) return fail(LB_E_INVALID_ARG, fn ": engine is NULL (load it with lb_load first)")
+
+}  // namespace
+
+extern "C" {
+
+LB_API int32_t lb_abi_version(void) { return LB_ABI_VERSION; }
+
+LB_API const char * lb_last_error(void) { return t_last_error.c_str(); }
+
+LB_API void lb_params_default(lb_params * p) {
+    if (!p) return;
+    p->target_path = nullptr;
+    p->draft_path = nullptr;
+    p->max_ctx = 4096;
+    p->kv_type = LB_KV_F16;
+    p->device = -1;
+    p->n_threads = 0;
+    p->ubatch = 512;
+    p->max_tree = 64;
+    p->log_level = LB_LOG_ERROR;
+}
+
+LB_API int32_t lb_load(const lb_params * p, lb_engine ** out) {
+    if (!out) return fail(LB_E_INVALID_ARG, "lb_load: out must not be NULL");
+    *out = nullptr;
+    if (!p) return fail(LB_E_INVALID_ARG, "lb_load: params must not be NULL (fill them with lb_params_default)");
+    lb_engine * e = nullptr;
+    const int32_t st = guarded([&] {
+        e = new lb_engine();
+        e->load(*p);
+    });
+    if (st != LB_OK) {
+        delete e;
+        return st;
+    }
+    *out = e;
+    return LB_OK;
+}
+
+LB_API int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out) {
+    LB_NEED_ENGINE(e, "lb_model_info_get");
+    if (!out) return fail(LB_E_INVALID_ARG, "lb_model_info_get: out must not be NULL");
+    return guarded([&] { *out = e->info(); });
+}
+
+LB_API int32_t lb_reset(lb_engine * e) {
+    LB_NEED_ENGINE(e, "lb_reset");
+    return guarded([&] { e->reset(); });
+}
+
+LB_API int32_t lb_prefill(lb_engine * e, const int32_t * toks, int32_t n, int32_t * out_next, float * logits,
+                          int64_t logits_cap) {
+    LB_NEED_ENGINE(e, "lb_prefill");
+    return guarded([&] { e->prefill(toks, n, out_next, logits, logits_cap); });
+}
+
+LB_API int32_t lb_draft(lb_engine * e, int32_t last, int32_t top_k, int32_t * ids, float * logp, int64_t cap) {
+    LB_NEED_ENGINE(e, "lb_draft");
+    return guarded([&] { e->draft_block(last, top_k, ids, logp, cap); });
+}
+
+LB_API int32_t lb_verify(lb_engine * e, const int32_t * toks, const int32_t * parents, int32_t n, int32_t * out_argmax,
+                         float * logits, int64_t logits_cap) {
+    LB_NEED_ENGINE(e, "lb_verify");
+    return guarded([&] { e->verify(toks, parents, n, out_argmax, logits, logits_cap); });
+}
+
+LB_API int32_t lb_commit(lb_engine * e, const int32_t * path, int32_t n_path) {
+    LB_NEED_ENGINE(e, "lb_commit");
+    return guarded([&] { e->commit(path, n_path); });
+}
+
+LB_API int32_t lb_step(lb_engine * e, int32_t tok, int32_t * out_next) {
+    LB_NEED_ENGINE(e, "lb_step");
+    return guarded([&] { e->step(tok, out_next); });
+}
+
+LB_API void lb_free(lb_engine * e) { delete e; }
+
+}  // extern "C"

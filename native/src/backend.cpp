@@ -1,0 +1,123 @@
+// backend.cpp: backend creation, op-support checks and log routing.
+#include "backend.hpp"
+
+#include <atomic>
+#include <cstdarg>
+#include <cstdio>
+#include <thread>
+
+#include "error.hpp"
+#include "ggml-cpu.h"
+#ifdef LUCEBOX_WITH_CUDA
+#include "ggml-cuda.h"
+#endif
+#if __has_include("ggml-impl.h")
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-function"
+#include "ggml-impl.h"  // ggml_cgraph::uid; ggml has no public setter for it
+#pragma GCC diagnostic pop
+#define LUCEBOX_HAVE_GRAPH_UID 1
+#endif
+
+namespace lb {
+
+namespace {
+
+std::atomic<int32_t> g_log_level{LB_LOG_ERROR};
+
+void ggml_log_to_lucebox(enum ggml_log_level level, const char * text, void *) {
+    int32_t lb_level = LB_LOG_DEBUG;
+    switch (level) {
+        case GGML_LOG_LEVEL_ERROR: lb_level = LB_LOG_ERROR; break;
+        case GGML_LOG_LEVEL_WARN:  lb_level = LB_LOG_INFO; break;
+        case GGML_LOG_LEVEL_INFO:  lb_level = LB_LOG_DEBUG; break;
+        case GGML_LOG_LEVEL_CONT:  lb_level = LB_LOG_DEBUG; break;
+        default: break;
+    }
+    if (lb_level <= g_log_level.load()) {
+        fputs(text, stderr);
+    }
+}
+
+}  // namespace
+
+void set_log_level(int32_t level) {
+    g_log_level.store(level);
+    ggml_log_set(ggml_log_to_lucebox, nullptr);
+}
+
+int32_t log_level() { return g_log_level.load(); }
+
+void log_msg(int32_t level, const char * fmt, ...) {
+    if (level > g_log_level.load()) return;
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("lucebox: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+}
+
+Backend::~Backend() {
+    if (backend) ggml_backend_free(backend);
+}
+
+std::string Backend::name() const {
+    return backend ? ggml_backend_name(backend) : "none";
+}
+
+void backend_init(Backend & b, int32_t device, int32_t n_threads) {
+    if (device < 0) {
+        b.backend = ggml_backend_cpu_init();
+        check(b.backend != nullptr, LB_E_BACKEND, "cannot initialise the ggml CPU backend");
+        const unsigned hw = std::thread::hardware_concurrency();
+        b.n_threads = n_threads > 0 ? n_threads : int32_t(hw > 0 ? hw : 1);
+        ggml_backend_cpu_set_n_threads(b.backend, b.n_threads);
+        b.device = -1;
+        return;
+    }
+#ifdef LUCEBOX_WITH_CUDA
+    const int n_dev = ggml_backend_cuda_get_device_count();
+    check(device < n_dev, LB_E_UNSUPPORTED,
+          "CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n_dev) +
+              " found); pick device -1 (CPU) or 0.." + std::to_string(n_dev - 1));
+    b.backend = ggml_backend_cuda_init(device);
+    check(b.backend != nullptr, LB_E_BACKEND, "cannot initialise CUDA device " + std::to_string(device));
+    b.device = device;
+    b.n_threads = n_threads;
+#else
+    (void) n_threads;
+    throw Error(LB_E_UNSUPPORTED, "this liblucebox was built without CUDA; use device -1 (CPU) or rebuild with "
+                                  "-DLUCEBOX_CUDA=ON");
+#endif
+}
+
+void mark_graph_reusable(ggml_cgraph * gf) {
+#ifdef LUCEBOX_HAVE_GRAPH_UID
+    gf->uid = ggml_graph_next_uid();
+#else
+    (void) gf;
+#endif
+}
+
+void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * what) {
+    const int n = ggml_graph_n_nodes(gf);
+    for (int i = 0; i < n; ++i) {
+        ggml_tensor * node = ggml_graph_node(gf, i);
+        const ggml_op op = node->op;
+        if (op == GGML_OP_NONE || op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE ||
+            op == GGML_OP_TRANSPOSE) {
+            continue;
+        }
+        if (!ggml_backend_supports_op(b.backend, node)) {
+            const ggml_tensor * s0 = node->src[0];
+            throw Error(LB_E_UNSUPPORTED,
+                        std::string(what) + ": " + b.name() + " cannot run op " + ggml_op_desc(node) + " on " +
+                            (s0 ? ggml_type_name(s0->type) : "-") + " [" + std::to_string(s0 ? s0->ne[0] : 0) + ", " +
+                            std::to_string(s0 ? s0->ne[1] : 0) + "] (node " + node->name +
+                            "); this model shape or tensor type is not supported on this device");
+        }
+    }
+}
+
+}  // namespace lb

@@ -1,0 +1,49 @@
+// backend.hpp: the one ggml backend the engine runs on (CPU or one CUDA device) and log routing.
+//
+// All weights, caches and compute buffers live on this backend: there is no scheduler and no
+// CPU fallback, so every graph is checked op by op (check_graph_supported) before its first run.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+
+namespace lb {
+
+struct Backend {
+    ggml_backend_t backend = nullptr;
+    int32_t device = -1;   // -1: CPU, else the CUDA device index
+    int32_t n_threads = 0; // CPU threads (CPU backend only)
+
+    Backend() = default;
+    Backend(const Backend &) = delete;
+    Backend & operator=(const Backend &) = delete;
+    ~Backend();
+
+    bool is_cpu() const { return device < 0; }
+    std::string name() const;
+};
+
+// Creates the backend; throws Error(LB_E_UNSUPPORTED) for a CUDA device this build or machine
+// does not have, Error(LB_E_BACKEND) when initialisation fails.
+void backend_init(Backend & b, int32_t device, int32_t n_threads);
+
+// Throws Error(LB_E_UNSUPPORTED) naming the first node the backend cannot run.
+void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * what);
+
+// Tags a graph that will be computed again unchanged (same tensors, same addresses; only input
+// values differ), so ggml-cuda replays its captured CUDA graph without re-checking every node
+// (~1 MB of node properties per 64-layer decode step). Needs ggml's internal ggml-impl.h on the
+// include path (ggml's src/ folder); without it this is a no-op and ggml-cuda checks as usual.
+void mark_graph_reusable(ggml_cgraph * gf);
+
+// Routes ggml's log through lucebox's level (LB_LOG_*); process-wide, last call wins.
+void set_log_level(int32_t level);
+int32_t log_level();
+
+// printf-style message to stderr when level <= the current log level.
+void log_msg(int32_t level, const char * fmt, ...) __attribute__((format(printf, 2, 3)));
+
+}  // namespace lb

@@ -1,0 +1,67 @@
+// caches.hpp: everything the target remembers between calls, on the backend.
+//
+//   KV cache (full-attention layers): k[il], v[il] = [head_dim*n_head_kv, rows] of kv_type; slot p
+//     holds the token at position p. Rows are padded to 16 bytes so k_raw/v_raw, F32 views of the
+//     same bytes, can move rows bit-exactly whatever kv_type is (commit).
+//   Recurrent state (Gated DeltaNet layers): conv[il] = [d_conv-1, conv_channels] f32, the last
+//     d_conv-1 pre-conv inputs (oldest first); ssm[il] = [S, S, n_v_heads] f32, the delta-rule state.
+//   Tree scratch (Gated DeltaNet layers): the last verify's per-node pre-conv inputs and gates,
+//     tree_qkv[il] = [conv_channels, max_tree], tree_g[il] / tree_beta[il] = [n_v_heads, max_tree];
+//     commit replays the accepted path from these instead of keeping every node's state.
+//   Captured features: capture[j] = [n_embd, capture_rows] f32, the residual stream after layer
+//     capture_layers[j] for each token of the last forward (column = token / tree node).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml.h"
+#include "gguf_target.hpp"
+
+namespace lb {
+
+struct TargetCache {
+    int32_t rows = 0;              // KV slots: max_ctx rounded up to kKvPad
+    int32_t max_tree = 0;
+    ggml_type kv_type = GGML_TYPE_F16;
+
+    std::vector<ggml_tensor *> k, v;           // per layer; nullptr for DeltaNet layers
+    std::vector<ggml_tensor *> k_raw, v_raw;   // per layer; F32 [row_bytes/4, rows] aliases
+    std::vector<ggml_tensor *> conv, ssm;      // per layer; nullptr for attention layers
+    std::vector<ggml_tensor *> tree_qkv, tree_g, tree_beta;  // per layer; nullptr for attention layers
+
+    std::vector<int32_t> capture_layers;
+    std::vector<ggml_tensor *> capture;        // one per capture layer
+    int32_t capture_rows = 0;
+
+    ggml_context * ctx = nullptr;          // k, v
+    ggml_context * alias_ctx = nullptr;    // k_raw / v_raw (no storage of their own)
+    ggml_context * state_ctx = nullptr;    // conv, ssm
+    ggml_context * tree_ctx = nullptr;     // tree_qkv, tree_g, tree_beta
+    ggml_context * capture_ctx = nullptr;
+    ggml_backend_buffer_t kv_buf = nullptr, state_buf = nullptr, tree_buf = nullptr, capture_buf = nullptr;
+
+    TargetCache() = default;
+    TargetCache(const TargetCache &) = delete;
+    TargetCache & operator=(const TargetCache &) = delete;
+    ~TargetCache();
+
+    size_t bytes() const;
+};
+
+// KV rows are read in multiples of this (keeps graph shapes, hence CUDA graphs, stable).
+constexpr int32_t kKvPad = 256;
+
+// Allocates and zeroes every cache. Throws Error(LB_E_OOM) naming the size that did not fit.
+void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, int32_t max_ctx,
+                ggml_type kv_type, int32_t max_tree);
+
+// Zeroes the recurrent state (conv + ssm): the state of an empty prefix. KV rows need no reset.
+void cache_clear_state(TargetCache & c);
+
+// (Re)allocates the capture tensors for `layers` (0-based target layers), `rows` columns each.
+void cache_set_capture(TargetCache & c, ggml_backend_t backend, int32_t n_embd, const std::vector<int32_t> & layers,
+                       int32_t rows);
+
+}  // namespace lb

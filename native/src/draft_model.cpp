@@ -1,0 +1,233 @@
+// draft_model.cpp: loading, the context cache, and the append (context projection) graph.
+#include "draft_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "error.hpp"
+
+namespace lb {
+
+namespace {
+
+// Tokens per append graph: bounds the fc input (n_feat floats per token) for long prefills.
+constexpr int32_t kAppendChunk = 256;
+
+void check_target_tensor(ggml_backend_t backend, const ggml_tensor * t, const char * what, int32_t n_embd) {
+    if (!t || !t->buffer) throw Error(LB_E_INVALID_ARG, std::string("draft: the target's ") + what + " is not loaded");
+    if (t->ne[0] != n_embd) {
+        throw Error(LB_E_MISMATCH, std::string("draft does not fit the target: the target's ") + what + " rows have " +
+                                            std::to_string(t->ne[0]) + " values, the draft's hidden_size is " +
+                                            std::to_string(n_embd));
+    }
+    if (!ggml_backend_supports_buft(backend, ggml_backend_buffer_get_type(t->buffer))) {
+        throw Error(LB_E_UNSUPPORTED, std::string("draft: the target's ") + what + " lives in a " +
+                                               ggml_backend_buffer_name(t->buffer) + " buffer that " +
+                                               ggml_backend_name(backend) + " cannot read; load both on one device");
+    }
+}
+
+}  // namespace
+
+DraftModel::Graph::Graph(std::vector<uint8_t> & meta, size_t n_nodes) {
+    ggml_init_params p = {meta.size(), meta.data(), /*no_alloc=*/true};
+    ctx = ggml_init(p);
+    if (!ctx) throw Error(LB_E_OOM, "draft: cannot create a graph context");
+    gf = ggml_new_graph_custom(ctx, n_nodes, false);
+}
+
+std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backend_t backend,
+                                             const DraftTarget & target, const DraftOptions & opt) {
+    if (!backend) throw Error(LB_E_INVALID_ARG, "draft: no backend");
+    if (opt.kv_type != GGML_TYPE_F16 && opt.kv_type != GGML_TYPE_F32) {
+        throw Error(LB_E_INVALID_ARG, "draft: context cache type must be F16 or F32");
+    }
+    if (opt.ctx_size < 1) throw Error(LB_E_INVALID_ARG, "draft: ctx_size must be >= 1");
+    std::unique_ptr<DraftModel> m(new DraftModel());
+    m->backend_ = backend;
+    m->target_ = target;
+    m->cfg_ = draft_config_load(dir);
+    const DraftConfig & c = m->cfg_;
+    check_target_tensor(backend, target.tok_embd, "token embedding", c.n_embd);
+    check_target_tensor(backend, target.output, "output matrix", c.n_embd);
+    m->n_vocab_ = int32_t(target.output->ne[1]);
+    if (target.tok_embd->ne[1] < m->n_vocab_) {
+        throw Error(LB_E_MISMATCH, "draft: the target's token embedding has fewer rows than its output matrix");
+    }
+    draft_config_check_target(c, int32_t(target.tok_embd->ne[0]), m->n_vocab_, target.n_layer);
+    m->weights_ = draft_weights_load(dir, c, backend, opt.weight_type);
+
+    m->ctx_size_ = opt.ctx_size;
+    m->rows_ = draft_pad_rows(opt.ctx_size + c.block_size);
+    m->slot_pos_.assign(size_t(opt.ctx_size), -1);
+    ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * c.n_layer), nullptr, true};
+    m->kv_ctx_ = ggml_init(ip);
+    if (!m->kv_ctx_) throw Error(LB_E_OOM, "draft: cannot create the cache context");
+    const int64_t kv_dim = int64_t(c.head_dim) * c.n_head_kv;
+    for (int32_t l = 0; l < c.n_layer; ++l) {
+        m->k_cache_.push_back(ggml_new_tensor_2d(m->kv_ctx_, opt.kv_type, kv_dim, m->rows_));
+        m->v_cache_.push_back(ggml_new_tensor_2d(m->kv_ctx_, opt.kv_type, kv_dim, m->rows_));
+    }
+    m->kv_buf_ = ggml_backend_alloc_ctx_tensors(m->kv_ctx_, backend);
+    if (!m->kv_buf_) {
+        throw Error(LB_E_OOM, "draft: cannot allocate the context cache (" + std::to_string(m->rows_) +
+                                       " rows); lower max_ctx");
+    }
+    // Rows past the live ones are masked out, but 0 * NaN would still poison the attention sum.
+    ggml_backend_buffer_clear(m->kv_buf_, 0);
+
+    const size_t arena = ggml_tensor_overhead() * m->graph_nodes() + ggml_graph_overhead_custom(m->graph_nodes(), false);
+    m->meta_append_.resize(arena);
+    m->meta_propose_.resize(arena);
+    using Attention = DraftOptions::Attention;
+    m->use_flash_ = opt.attention == Attention::flash || (opt.attention == Attention::automatic && m->flash_supported());
+    m->galloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
+    if (!m->galloc_) throw Error(LB_E_OOM, "draft: cannot create the graph allocator");
+    return m;
+}
+
+DraftModel::~DraftModel() {
+    if (galloc_) ggml_gallocr_free(galloc_);
+    if (kv_buf_) ggml_backend_buffer_free(kv_buf_);
+    if (kv_ctx_) ggml_free(kv_ctx_);
+}
+
+// Asks the backend about a flash-attention node of the propose graph's shapes (largest key count).
+bool DraftModel::flash_supported() const {
+    const DraftConfig & c = cfg_;
+    ggml_init_params p = {ggml_tensor_overhead() * 8, nullptr, true};
+    ggml_context * ctx = ggml_init(p);
+    if (!ctx) return false;
+    const int64_t B = c.block_size;
+    ggml_tensor * q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, c.head_dim, B, c.n_head);
+    ggml_tensor * k = ggml_new_tensor_3d(ctx, k_cache_[0]->type, c.head_dim, rows_, c.n_head_kv);
+    ggml_tensor * v = ggml_new_tensor_3d(ctx, v_cache_[0]->type, c.head_dim, rows_, c.n_head_kv);
+    ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, rows_, B);
+    ggml_tensor * fa = ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f, 0.0f, 0.0f);
+    const bool ok = ggml_backend_supports_op(backend_, fa);
+    ggml_free(ctx);
+    return ok;
+}
+
+size_t DraftModel::cache_bytes() const {
+    return kv_buf_ ? ggml_backend_buffer_get_size(kv_buf_) : 0;
+}
+
+ggml_tensor * DraftModel::rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w) const {
+    return ggml_mul(ctx, ggml_rms_norm(ctx, x, cfg_.rms_eps), w);
+}
+
+void DraftModel::compute(ggml_cgraph * gf, const char * what) {
+    if (ggml_backend_graph_compute(backend_, gf) != GGML_STATUS_SUCCESS) {
+        throw Error(LB_E_BACKEND, std::string("draft: ") + what + " graph failed on " + ggml_backend_name(backend_));
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// append: features -> per-layer context K/V rows
+
+void DraftModel::append(const std::vector<ggml_tensor *> & feats, const int32_t * rows, int32_t n) {
+    if (n < 0) throw Error(LB_E_INVALID_ARG, "draft: negative token count");
+    int64_t width = 0;
+    for (const ggml_tensor * f : feats) {
+        if (!f || !f->buffer) throw Error(LB_E_INVALID_ARG, "draft: feature tensor is not allocated");
+        if (f->type != GGML_TYPE_F32 && f->type != GGML_TYPE_F16 && f->type != GGML_TYPE_BF16) {
+            throw Error(LB_E_INVALID_ARG, "draft: feature tensors must be F32, F16 or BF16");
+        }
+        for (int32_t i = 0; rows && i < n; ++i) {
+            if (rows[i] < 0 || rows[i] >= f->ne[1]) throw Error(LB_E_INVALID_ARG, "draft: feature row out of range");
+        }
+        if (!rows && n > f->ne[1]) throw Error(LB_E_INVALID_ARG, "draft: fewer captured feature rows than tokens");
+        width += f->ne[0];
+    }
+    if (width != cfg_.n_feat()) {
+        throw Error(LB_E_INVALID_ARG, "draft: features are " + std::to_string(width) + " wide, fc takes " +
+                                               std::to_string(cfg_.n_feat()) + " (capture target_layer_ids in order)");
+    }
+    std::vector<int32_t> all;
+    if (!rows) {
+        all.resize(size_t(n));
+        std::iota(all.begin(), all.end(), 0);
+        rows = all.data();
+    }
+    for (int32_t done = 0; done < n;) {
+        const int32_t slot = n_past_ % ctx_size_;
+        const int32_t take = std::min({n - done, kAppendChunk, ctx_size_ - slot});
+        append_chunk(&feats, rows + done, nullptr, take);
+        done += take;
+    }
+}
+
+void DraftModel::append_host(const float * feats, int32_t n) {
+    if (n < 0 || (n > 0 && !feats)) throw Error(LB_E_INVALID_ARG, "draft: bad host features");
+    for (int32_t done = 0; done < n;) {
+        const int32_t slot = n_past_ % ctx_size_;
+        const int32_t take = std::min({n - done, kAppendChunk, ctx_size_ - slot});
+        append_chunk(nullptr, nullptr, feats + size_t(done) * size_t(cfg_.n_feat()), take);
+        done += take;
+    }
+}
+
+ggml_tensor * DraftModel::project_context(ggml_context * ctx, ggml_tensor * feat_cat) const {
+    return rms(ctx, ggml_mul_mat(ctx, weights_->fc, feat_cat), weights_->hidden_norm);
+}
+
+// n tokens landing in consecutive ring slots (the caller splits at the wrap).
+void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const int32_t * rows, const float * host,
+                              int32_t n) {
+    const DraftConfig & c = cfg_;
+    const int32_t slot0 = n_past_ % ctx_size_;
+    Graph g(meta_append_, graph_nodes());
+    ggml_context * ctx = g.ctx;
+
+    ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+    ggml_tensor * slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
+    ggml_set_input(pos);
+    ggml_set_input(slots);
+    ggml_tensor * host_in = nullptr, * rows_in = nullptr, * cat = nullptr;
+    if (host) {
+        host_in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.n_feat(), n);
+        ggml_set_input(host_in);
+        cat = host_in;
+    } else {
+        rows_in = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+        ggml_set_input(rows_in);
+        for (ggml_tensor * f : *feats) {
+            ggml_tensor * part = ggml_get_rows(ctx, f, rows_in);  // [ne0, n] F32
+            cat = cat ? ggml_concat(ctx, cat, part, 0) : part;
+        }
+    }
+    ggml_tensor * h = project_context(ctx, cat);  // [n_embd, n]
+    const int64_t kv_dim = int64_t(c.head_dim) * c.n_head_kv;
+    for (int32_t l = 0; l < c.n_layer; ++l) {
+        const DraftLayerWeights & L = weights_->layers[l];
+        ggml_tensor * k = ggml_mul_mat(ctx, L.wk, h);
+        if (L.bk) k = ggml_add(ctx, k, L.bk);
+        k = rms(ctx, ggml_reshape_3d(ctx, k, c.head_dim, c.n_head_kv, n), L.k_norm);
+        k = ggml_rope_ext(ctx, k, pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
+                          0.0f, 1.0f, 0.0f, 0.0f);
+        ggml_tensor * v = ggml_mul_mat(ctx, L.wv, h);
+        if (L.bv) v = ggml_add(ctx, v, L.bv);
+        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, n), slots));
+        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, v_cache_[l], v, slots));
+    }
+    if (!ggml_gallocr_alloc_graph(galloc_, g.gf)) throw Error(LB_E_OOM, "draft: cannot allocate the append graph");
+
+    std::vector<int32_t> pos_v(static_cast<size_t>(n));
+    std::vector<int64_t> slot_v(static_cast<size_t>(n));
+    for (int32_t i = 0; i < n; ++i) {
+        pos_v[i] = n_past_ + i;
+        slot_v[i] = slot0 + i;
+    }
+    ggml_backend_tensor_set(pos, pos_v.data(), 0, ggml_nbytes(pos));
+    ggml_backend_tensor_set(slots, slot_v.data(), 0, ggml_nbytes(slots));
+    if (host) ggml_backend_tensor_set(host_in, host, 0, ggml_nbytes(host_in));
+    if (rows_in) ggml_backend_tensor_set(rows_in, rows, 0, ggml_nbytes(rows_in));
+    compute(g.gf, "append");
+    for (int32_t i = 0; i < n; ++i) slot_pos_[size_t(slot0 + i)] = n_past_ + i;
+    n_past_ += n;
+}
+
+}  // namespace lb

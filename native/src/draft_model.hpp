@@ -1,0 +1,132 @@
+// draft_model.hpp: the DFlash block-diffusion draft on a ggml backend.
+//
+// State: a context K/V cache per draft layer holding, for every committed token, the draft's
+// projections of that token's captured target features (k_norm + RoPE at its own position, v):
+//     h_ctx = hidden_norm(fc(concat_j feature_j))        feature_j = residual stream after target
+//     K_l = rope(k_norm(Wk_l h_ctx)), V_l = Wv_l h_ctx   layer target_layer_ids[j] (0-based)
+// so each commit projects only the new tokens (dflash_generate's draft cache does the same).
+//
+// propose(): the block [last, MASK x (B-1)] at positions P..P+B-1 is embedded with the TARGET's
+// token embedding, runs the draft layers attending to cached context + the block (per-layer
+// causal/window mask from config.json), the draft's final norm, then the TARGET's output matrix;
+// top-k and log-softmax happen on the device and only (B-1) x K ids + log-probs come back.
+//
+// Engine wiring (see engine.hpp's draft hooks):
+//   lb_load   d = DraftModel::load(draft_path, backend, {tok_embd, output, hp.n_layer},
+//                                  {keep, F16 on CUDA / F32 on CPU, ctx_size = max_ctx});
+//             set_capture_layers(d->config().target_layer_ids); info: block_size, mask_token_id
+//   commit    on_commit(rows, n) -> d->append(capture tensors, rows, n): after each prefill
+//             micro-batch and step (rows = nullptr) and after lb_commit (rows = the path's nodes)
+//   lb_draft  require d->n_past() == P and cap >= (B-1)*top_k; d->propose(last, top_k, ids, logp)
+//   lb_reset  d->reset()
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "ggml-alloc.h"
+#include "ggml-backend.h"
+#include "ggml.h"
+
+#include "draft_config.hpp"
+#include "draft_weights.hpp"
+
+namespace lb {
+
+// Cache rows are allocated and attended in multiples of 256: flash-attention kernels take their
+// fast paths when the key count is a multiple of this.
+inline int32_t draft_pad_rows(int32_t n) { return (n + 255) / 256 * 256; }
+
+// Borrowed from the target; must outlive the DraftModel and live where `backend` can read it.
+struct DraftTarget {
+    ggml_tensor * tok_embd = nullptr;  // [n_embd, n_vocab], any type ggml_get_rows takes
+    ggml_tensor * output = nullptr;    // [n_embd, n_vocab] lm head (tok_embd when tied)
+    int32_t n_layer = 0;               // target decoder layers (an MTP block not counted)
+};
+
+struct DraftOptions {
+    DraftWeightType weight_type = DraftWeightType::keep;
+    ggml_type kv_type = GGML_TYPE_F16;  // context K/V storage: F16 or F32 (F32: exact tests on CPU)
+    // Context rows kept. >= the engine's max_ctx reproduces the reference exactly; smaller keeps a
+    // ring of the most recent tokens (full-attention draft layers then see only those).
+    int32_t ctx_size = 4096;
+    // Attention kernel: auto = flash attention where the backend supports the shapes, else plain
+    // ops (tests force either to cover both).
+    enum class Attention { automatic, flash, plain } attention = Attention::automatic;
+};
+
+class DraftModel {
+public:
+    // Loads config + weights, checks them against the target, allocates the context cache.
+    // Throws Error (LB_E_IO / FORMAT / UNSUPPORTED / MISMATCH / OOM / INVALID_ARG).
+    static std::unique_ptr<DraftModel> load(const std::string & dir, ggml_backend_t backend,
+                                            const DraftTarget & target, const DraftOptions & opt);
+    ~DraftModel();
+    DraftModel(const DraftModel &) = delete;
+    DraftModel & operator=(const DraftModel &) = delete;
+
+    const DraftConfig & config() const { return cfg_; }
+    int32_t n_past() const { return n_past_; }   // tokens whose features are in the context
+    size_t weight_bytes() const { return weights_->nbytes(); }
+    size_t cache_bytes() const;
+    void reset() { n_past_ = 0; }                 // forget the context (lb_reset)
+
+    // Appends n committed tokens (positions n_past .. n_past+n-1) from device-resident features.
+    // feats: tensors whose ne0 add up to n_feat, in target_layer_ids order (one per captured
+    //   layer [n_embd, N], or one [n_feat, N]); F32/F16/BF16; column c = captured token c.
+    // rows: which n columns to take, in commit order (e.g. a verify tree's accepted path);
+    //   nullptr = columns 0..n-1. Throws Error(LB_E_INVALID_ARG / LB_E_BACKEND).
+    void append(const std::vector<ggml_tensor *> & feats, const int32_t * rows, int32_t n);
+    // Same from host memory: feats[t * n_feat + f], token-major, layers concatenated in order.
+    void append_host(const float * feats, int32_t n);
+
+    // Drafts one block after the context. ids, logp: (B-1) * top_k each; row j = position j+1,
+    // best first (ties: lower id first); logp = log-softmax over the target vocabulary.
+    // Throws Error(LB_E_INVALID_ARG) for top_k outside [1, n_vocab] or a bad token id.
+    void propose(int32_t last, int32_t top_k, int32_t * ids, float * logp);
+
+private:
+    DraftModel() = default;
+    // One graph's tensor metadata + graph, in the reused arena meta_ (data goes to galloc_).
+    struct Graph {
+        ggml_context * ctx = nullptr;
+        ggml_cgraph * gf = nullptr;
+        Graph(std::vector<uint8_t> & meta, size_t n_nodes);
+        ~Graph() { ggml_free(ctx); }
+    };
+    size_t graph_nodes() const { return 1024 + size_t(cfg_.n_layer) * 64; }
+    void append_chunk(const std::vector<ggml_tensor *> * feats, const int32_t * rows, const float * host,
+                      int32_t n);
+    ggml_tensor * project_context(ggml_context * ctx, ggml_tensor * feat_cat) const;
+    ggml_tensor * rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w) const;
+    void compute(ggml_cgraph * gf, const char * what);
+    ggml_tensor * attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * K, ggml_tensor * V, ggml_tensor * mask,
+                            float scale) const;
+    bool flash_supported() const;
+    void fill_mask(const DraftLayerAttn & kind, int32_t n_valid, int32_t n_kv, int32_t B, ggml_fp16_t * out) const;
+
+    DraftConfig cfg_;
+    DraftTarget target_;
+    ggml_backend_t backend_ = nullptr;
+    std::unique_ptr<DraftWeights> weights_;
+    int32_t n_vocab_ = 0;
+
+    // context cache: per layer K and V as [head_dim * n_head_kv, rows] (rows = ring + block)
+    ggml_context * kv_ctx_ = nullptr;
+    ggml_backend_buffer_t kv_buf_ = nullptr;
+    std::vector<ggml_tensor *> k_cache_, v_cache_;
+    int32_t ctx_size_ = 0;               // ring slots for context tokens
+    int32_t rows_ = 0;                   // allocated rows: ctx_size_ + B, padded
+    std::vector<int32_t> slot_pos_;      // position held by each ring slot
+    int32_t n_past_ = 0;
+
+    bool use_flash_ = true;
+    ggml_gallocr_t galloc_ = nullptr;
+    // Graph metadata arenas, one per graph kind: ggml-cuda keys its captured CUDA graphs by the
+    // first node's address, so append and propose must not share one.
+    std::vector<uint8_t> meta_append_, meta_propose_;
+};
+
+}  // namespace lb

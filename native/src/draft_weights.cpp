@@ -1,0 +1,222 @@
+// draft_weights.cpp: safetensors -> ggml tensors on the backend, converted in bounded chunks.
+#include "draft_weights.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "ggml-alloc.h"
+
+#include "error.hpp"
+#include "safetensors.hpp"
+
+namespace lb {
+
+namespace {
+
+// Host staging per upload step; bounds peak host memory for the 262 MB fc of the 27B draft.
+constexpr int64_t kChunkElems = 8 << 20;
+
+struct Pending {
+    ggml_tensor * dst;
+    const StTensor * src;
+};
+
+ggml_type storage_type(DraftWeightType w, const StTensor & src, int64_t row_len) {
+    switch (w) {
+        case DraftWeightType::f32: return GGML_TYPE_F32;
+        case DraftWeightType::f16: return GGML_TYPE_F16;
+        case DraftWeightType::bf16: return GGML_TYPE_BF16;
+        case DraftWeightType::q8_0: return row_len % ggml_blck_size(GGML_TYPE_Q8_0) == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
+        case DraftWeightType::keep: break;
+    }
+    if (src.dtype == "BF16") return GGML_TYPE_BF16;
+    if (src.dtype == "F16") return GGML_TYPE_F16;
+    return GGML_TYPE_F32;
+}
+
+void to_f32(const std::string & dtype, const void * src, float * dst, int64_t n) {
+    if (dtype == "F32") std::memcpy(dst, src, size_t(n) * sizeof(float));
+    else if (dtype == "F16") ggml_fp16_to_fp32_row((const ggml_fp16_t *) src, dst, n);
+    else ggml_bf16_to_fp32_row((const ggml_bf16_t *) src, dst, n);
+}
+
+// Converts n_rows rows of `row_len` elements from the checkpoint dtype to `type`.
+void convert_rows(const std::string & dtype, const void * src, ggml_type type, void * dst, int64_t n_rows,
+                  int64_t row_len, float * tmp) {
+    const int64_t n = n_rows * row_len;
+    if ((type == GGML_TYPE_F32 && dtype == "F32") || (type == GGML_TYPE_F16 && dtype == "F16") ||
+        (type == GGML_TYPE_BF16 && dtype == "BF16")) {
+        std::memcpy(dst, src, size_t(n) * ggml_type_size(type));
+        return;
+    }
+    float * f = type == GGML_TYPE_F32 ? (float *) dst : tmp;
+    to_f32(dtype, src, f, n);
+    if (type == GGML_TYPE_F16) ggml_fp32_to_fp16_row(f, (ggml_fp16_t *) dst, n);
+    else if (type == GGML_TYPE_BF16) ggml_fp32_to_bf16_row(f, (ggml_bf16_t *) dst, n);
+    else if (type == GGML_TYPE_Q8_0) ggml_quantize_chunk(type, f, dst, 0, n_rows, row_len, nullptr);
+}
+
+// Row-parallel convert_rows: quantizing the 27B draft to q8_0 on one core takes many seconds.
+void convert_rows_parallel(const std::string & dtype, const uint8_t * src, ggml_type type, uint8_t * dst,
+                           int64_t n_rows, int64_t row_len, std::vector<float> & tmp) {
+    tmp.resize(size_t(n_rows * row_len));
+    const size_t src_row = size_t(row_len) * st_dtype_size(dtype), dst_row = ggml_row_size(type, row_len);
+    const int64_t n_threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), n_rows / 64));
+    const int64_t per = (n_rows + n_threads - 1) / n_threads;
+    std::vector<std::thread> pool;
+    for (int64_t t = 0; t < n_threads; ++t) {
+        const int64_t r0 = t * per, nr = std::min(per, n_rows - r0);
+        if (nr <= 0) break;
+        pool.emplace_back(convert_rows, std::cref(dtype), src + size_t(r0) * src_row, type, dst + size_t(r0) * dst_row,
+                          nr, row_len, tmp.data() + size_t(r0 * row_len));
+    }
+    for (auto & th : pool) th.join();
+}
+
+void upload(const SafetensorsSet & st, const Pending & p) {
+    const StTensor & s = *p.src;
+    const int64_t row_len = s.shape.empty() ? 1 : s.shape.back();
+    const int64_t n_rows = row_len == 0 ? 0 : s.numel() / row_len;
+    const int64_t rows_per_chunk = std::max<int64_t>(1, kChunkElems / std::max<int64_t>(1, row_len));
+    const size_t src_row = size_t(row_len) * st_dtype_size(s.dtype);
+    const size_t dst_row = ggml_row_size(p.dst->type, row_len);
+    std::vector<uint8_t> raw, out;
+    std::vector<float> tmp;
+    for (int64_t r0 = 0; r0 < n_rows; r0 += rows_per_chunk) {
+        const int64_t nr = std::min(rows_per_chunk, n_rows - r0);
+        raw.resize(size_t(nr) * src_row);
+        out.resize(size_t(nr) * dst_row);
+        st.read_bytes(s, uint64_t(r0) * src_row, raw.size(), raw.data());
+        convert_rows_parallel(s.dtype, raw.data(), p.dst->type, out.data(), nr, row_len, tmp);
+        ggml_backend_tensor_set(p.dst, out.data(), size_t(r0) * dst_row, out.size());
+    }
+}
+
+class Builder {
+public:
+    Builder(const SafetensorsSet & st, DraftWeights & w, DraftWeightType wtype, std::string prefix)
+        : st_(st), w_(w), wtype_(wtype), prefix_(std::move(prefix)) {}
+
+    // A checkpoint tensor named prefix+name with torch shape `shape` (outermost first).
+    ggml_tensor * get(const std::string & name, std::vector<int64_t> shape, bool matrix) {
+        const StTensor * s = st_.find(prefix_ + name);
+        if (!s) {
+            throw Error(LB_E_FORMAT, "draft checkpoint has no tensor \"" + prefix_ + name +
+                                              "\": not a DFlash draft, or an incomplete download");
+        }
+        if (s->dtype != "BF16" && s->dtype != "F16" && s->dtype != "F32") {
+            throw Error(LB_E_UNSUPPORTED, "draft tensor \"" + s->name + "\" has dtype " + s->dtype +
+                                                   "; only BF16, F16 and F32 checkpoints are supported");
+        }
+        if (s->shape != shape) {
+            StTensor want;
+            want.shape = shape;
+            throw Error(LB_E_FORMAT, "draft tensor \"" + s->name + "\" has shape " + s->shape_str() +
+                                              " but config.json implies " + want.shape_str());
+        }
+        const ggml_type type = matrix ? storage_type(wtype_, *s, shape.back()) : GGML_TYPE_F32;
+        ggml_tensor * t = shape.size() == 2 ? ggml_new_tensor_2d(w_.ctx, type, shape[1], shape[0])
+                                            : ggml_new_tensor_1d(w_.ctx, type, shape[0]);
+        ggml_set_name(t, name.c_str());
+        pending.push_back({t, s});
+        return t;
+    }
+
+    std::vector<Pending> pending;
+
+private:
+    const SafetensorsSet & st_;
+    DraftWeights & w_;
+    DraftWeightType wtype_;
+    std::string prefix_;
+};
+
+void reject_dflash2(const SafetensorsSet & st) {
+    for (const auto & t : st.tensors()) {
+        if (t.name.find("candidate_selector") != std::string::npos || t.name.find("attention_conv") != std::string::npos ||
+            t.name.find("mlp_conv") != std::string::npos) {
+            throw Error(LB_E_UNSUPPORTED, "draft tensor \"" + t.name + "\" belongs to a DFlash2 draft, which is "
+                                                   "not supported; use a DFlash draft (e.g. z-lab/Qwen3.5-27B-DFlash)");
+        }
+    }
+}
+
+}  // namespace
+
+bool draft_weight_type_from_string(const std::string & s, DraftWeightType * out) {
+    static const std::pair<const char *, DraftWeightType> names[] = {
+        {"keep", DraftWeightType::keep}, {"f32", DraftWeightType::f32}, {"f16", DraftWeightType::f16},
+        {"bf16", DraftWeightType::bf16}, {"q8_0", DraftWeightType::q8_0}};
+    for (const auto & n : names) {
+        if (s == n.first) {
+            *out = n.second;
+            return true;
+        }
+    }
+    return false;
+}
+
+DraftWeights::~DraftWeights() {
+    if (buffer) ggml_backend_buffer_free(buffer);
+    if (ctx) ggml_free(ctx);
+}
+
+size_t DraftWeights::nbytes() const {
+    return buffer ? ggml_backend_buffer_get_size(buffer) : 0;
+}
+
+std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const DraftConfig & cfg,
+                                                 ggml_backend_t backend, DraftWeightType wtype) {
+    const SafetensorsSet st = SafetensorsSet::open_dir(dir);
+    reject_dflash2(st);
+    // Saved from DFlashDraftModel the names have no prefix; accept a wrapper's "model." too.
+    std::string prefix;
+    if (!st.find("fc.weight") && st.find("model.fc.weight")) prefix = "model.";
+
+    auto w = std::make_unique<DraftWeights>();
+    const size_t n_tensors = 3 + size_t(cfg.n_layer) * 16;
+    ggml_init_params ip = {ggml_tensor_overhead() * n_tensors, nullptr, /*no_alloc=*/true};
+    w->ctx = ggml_init(ip);
+    if (!w->ctx) throw Error(LB_E_OOM, "cannot allocate the draft's tensor metadata");
+
+    const int64_t E = cfg.n_embd, D = cfg.head_dim, F = cfg.n_ff;
+    const int64_t QD = int64_t(cfg.n_head) * D, KD = int64_t(cfg.n_head_kv) * D;
+    Builder b(st, *w, wtype, prefix);
+    w->fc = b.get("fc.weight", {E, int64_t(cfg.n_feat())}, true);
+    w->hidden_norm = b.get("hidden_norm.weight", {E}, false);
+    w->out_norm = b.get("norm.weight", {E}, false);
+    for (int32_t i = 0; i < cfg.n_layer; ++i) {
+        const std::string p = "layers." + std::to_string(i) + ".";
+        DraftLayerWeights L;
+        L.attn_norm = b.get(p + "input_layernorm.weight", {E}, false);
+        L.wq = b.get(p + "self_attn.q_proj.weight", {QD, E}, true);
+        L.wk = b.get(p + "self_attn.k_proj.weight", {KD, E}, true);
+        L.wv = b.get(p + "self_attn.v_proj.weight", {KD, E}, true);
+        L.wo = b.get(p + "self_attn.o_proj.weight", {E, QD}, true);
+        if (cfg.attention_bias) {
+            L.bq = b.get(p + "self_attn.q_proj.bias", {QD}, false);
+            L.bk = b.get(p + "self_attn.k_proj.bias", {KD}, false);
+            L.bv = b.get(p + "self_attn.v_proj.bias", {KD}, false);
+            L.bo = b.get(p + "self_attn.o_proj.bias", {E}, false);
+        }
+        L.q_norm = b.get(p + "self_attn.q_norm.weight", {D}, false);
+        L.k_norm = b.get(p + "self_attn.k_norm.weight", {D}, false);
+        L.ffn_norm = b.get(p + "post_attention_layernorm.weight", {E}, false);
+        L.ffn_gate = b.get(p + "mlp.gate_proj.weight", {F, E}, true);
+        L.ffn_up = b.get(p + "mlp.up_proj.weight", {F, E}, true);
+        L.ffn_down = b.get(p + "mlp.down_proj.weight", {E, F}, true);
+        w->layers.push_back(L);
+    }
+    w->buffer = ggml_backend_alloc_ctx_tensors(w->ctx, backend);
+    if (!w->buffer) {
+        throw Error(LB_E_OOM, "cannot allocate the draft weights on " + std::string(ggml_backend_name(backend)) +
+                                       ": free memory, or load the draft with a smaller weight type (q8_0)");
+    }
+    ggml_backend_buffer_set_usage(w->buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    for (const Pending & p : b.pending) upload(st, p);
+    return w;
+}
+
+}  // namespace lb

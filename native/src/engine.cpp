@@ -1,0 +1,245 @@
+// engine.cpp: lb_engine's calls. Argument checks happen here, before anything touches ggml.
+#include "engine.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "error.hpp"
+
+using lb::Error;
+using lb::check;
+
+namespace {
+
+constexpr int32_t kMaxCtxLimit = 1 << 24;
+constexpr int32_t kMaxTreeLimit = 4096;
+
+ggml_type kv_type_from_lb(int32_t t) {
+    switch (t) {
+        case LB_KV_F16: return GGML_TYPE_F16;
+        case LB_KV_Q8_0: return GGML_TYPE_Q8_0;
+        case LB_KV_Q4_0: return GGML_TYPE_Q4_0;
+        case LB_KV_F32: return GGML_TYPE_F32;
+        default:
+            throw Error(LB_E_INVALID_ARG, "kv_type " + std::to_string(t) +
+                                              " is unknown; use LB_KV_F16, LB_KV_Q8_0, LB_KV_Q4_0 or LB_KV_F32");
+    }
+}
+
+// ggml-cuda kernels are instantiated for these sizes only (and abort on others).
+void check_cuda_shapes(const lb::TargetHparams & hp) {
+    const int32_t S = hp.head_v_dim, K = hp.d_conv;
+    check(S == 16 || S == 32 || S == 64 || S == 128, LB_E_UNSUPPORTED,
+          "DeltaNet head size " + std::to_string(S) + " has no CUDA kernel (16, 32, 64, 128); use device -1 (CPU)");
+    check(K == 3 || K == 4 || K == 5 || K == 9 || K == 15, LB_E_UNSUPPORTED,
+          "conv kernel " + std::to_string(K) + " has no CUDA kernel (3, 4, 5, 9, 15); use device -1 (CPU)");
+}
+
+}  // namespace
+
+void lb_engine::load(const lb_params & p) {
+    lb::set_log_level(p.log_level);
+    check(p.target_path != nullptr && p.target_path[0] != '\0', LB_E_INVALID_ARG,
+          "lb_params.target_path is empty; pass the path of a qwen35 GGUF");
+    check(p.max_ctx >= 1 && p.max_ctx <= kMaxCtxLimit, LB_E_INVALID_ARG,
+          "max_ctx " + std::to_string(p.max_ctx) + " is out of range [1, " + std::to_string(kMaxCtxLimit) + "]");
+    check(p.ubatch >= 1, LB_E_INVALID_ARG, "ubatch must be >= 1");
+    check(p.max_tree >= 1 && p.max_tree <= kMaxTreeLimit, LB_E_INVALID_ARG,
+          "max_tree " + std::to_string(p.max_tree) + " is out of range [1, " + std::to_string(kMaxTreeLimit) + "]");
+    check(p.device >= -1, LB_E_INVALID_ARG, "device must be -1 (CPU) or a CUDA device index");
+    kv_type = kv_type_from_lb(p.kv_type);
+
+    target_path = p.target_path;
+    max_ctx = p.max_ctx;
+    ubatch = p.ubatch;
+    max_tree = p.max_tree;
+    flash_ = kv_type != GGML_TYPE_F32;
+
+    lb::backend_init(backend, p.device, p.n_threads);
+    model = lb::load_target(target_path, backend.backend, backend.is_cpu());
+    if (!backend.is_cpu()) check_cuda_shapes(model->hp);
+    lb::cache_init(cache, *model, backend.backend, max_ctx, kv_type, max_tree);
+    lb::log_msg(LB_LOG_INFO, "caches: %.1f MiB (%d KV rows, %s)", double(cache.bytes()) / (1 << 20), cache.rows,
+                ggml_type_name(kv_type));
+    if (p.draft_path != nullptr && p.draft_path[0] != '\0') load_draft(p.draft_path);
+}
+
+// The draft borrows the target's embedding and lm head, and receives the captured features of
+// every committed token through on_commit (so its context always holds the P committed tokens).
+void lb_engine::load_draft(const std::string & dir) {
+    lb::DraftTarget t;
+    t.tok_embd = model->tok_embd;
+    t.output = model->output;
+    t.n_layer = model->hp.n_layer;
+    lb::DraftOptions opt;
+    opt.kv_type = backend.is_cpu() ? GGML_TYPE_F32 : GGML_TYPE_F16;
+    opt.ctx_size = max_ctx;
+    draft = lb::DraftModel::load(dir, backend.backend, t, opt);
+    set_capture_layers(draft->config().target_layer_ids);
+    on_commit = [this](const int32_t * rows, int32_t n) { draft->append(cache.capture, rows, n); };
+    on_reset = [this] { draft->reset(); };
+}
+
+void lb_engine::draft_block(int32_t last, int32_t top_k, int32_t * ids, float * logp, int64_t cap) {
+    check(draft != nullptr, LB_E_STATE, "lb_draft: no draft is loaded; load one with lb_params.draft_path");
+    check(ids != nullptr && logp != nullptr, LB_E_INVALID_ARG, "lb_draft: ids and logp must not be NULL");
+    const int64_t need = int64_t(draft->config().block_size - 1) * int64_t(top_k);
+    check(top_k >= 1 && cap >= need, LB_E_INVALID_ARG,
+          "lb_draft: ids/logp hold " + std::to_string(cap) + " entries, need (block_size - 1) * top_k = " +
+              std::to_string(need) + " (top_k >= 1)");
+    check_tokens(&last, 1, "lb_draft");
+    check(draft->n_past() == n_past, LB_E_STATE,
+          "lb_draft: the draft context holds " + std::to_string(draft->n_past()) + " tokens but " +
+              std::to_string(n_past) + " are committed; call lb_reset and prefill again");
+    draft->propose(last, top_k, ids, logp);
+}
+
+lb_engine::~lb_engine() { free_graphs(); }
+
+void lb_engine::free_graphs() {
+    for (ForwardSlot * s : {&prefill_slot_, &step_slot_, &verify_slot_}) {
+        s->graph.reset();
+        if (s->galloc) ggml_gallocr_free(s->galloc);
+        s->galloc = nullptr;
+    }
+    for (auto & kv : commit_slots_) {
+        kv.second.graph.reset();
+        if (kv.second.galloc) ggml_gallocr_free(kv.second.galloc);
+    }
+    commit_slots_.clear();
+}
+
+lb_model_info lb_engine::info() const {
+    lb_model_info out{};
+    out.n_vocab = model->hp.n_vocab;
+    out.n_embd = model->hp.n_embd;
+    out.n_layer = model->hp.n_layer;
+    out.max_ctx = max_ctx;
+    out.n_past = n_past;
+    out.has_draft = draft ? 1 : 0;
+    out.block_size = draft ? draft->config().block_size : 0;
+    out.mask_token_id = draft ? draft->config().mask_token_id : -1;
+    out.max_tree = max_tree;
+    out.device = backend.device;
+    return out;
+}
+
+void lb_engine::reset() {
+    n_past = 0;
+    verify_pending_ = false;
+    lb::cache_clear_state(cache);
+    if (on_reset) on_reset();
+}
+
+void lb_engine::set_capture_layers(const std::vector<int32_t> & layers) {
+    for (int32_t l : layers) {
+        check(l >= 0 && l < model->hp.n_layer, LB_E_INVALID_ARG,
+              "capture layer " + std::to_string(l) + " is outside the target's 0.." + std::to_string(model->hp.n_layer - 1));
+    }
+    lb::cache_set_capture(cache, backend.backend, model->hp.n_embd, layers, std::max(ubatch, max_tree));
+    ++capture_gen_;  // every cached forward graph is rebuilt on its next use
+}
+
+int32_t lb_engine::n_kv_for(int32_t n_tokens) const {
+    const int32_t need = n_past + n_tokens;
+    return std::min(cache.rows, (need + lb::kKvPad - 1) / lb::kKvPad * lb::kKvPad);
+}
+
+void lb_engine::check_tokens(const int32_t * toks, int32_t n, const char * what) const {
+    const int32_t n_vocab = model->hp.n_vocab;
+    for (int32_t i = 0; i < n; ++i) {
+        if (toks[i] < 0 || toks[i] >= n_vocab) {
+            throw Error(LB_E_INVALID_ARG, std::string(what) + ": token " + std::to_string(toks[i]) + " at index " +
+                                              std::to_string(i) + " is outside the vocabulary [0, " +
+                                              std::to_string(n_vocab) + ")");
+        }
+    }
+}
+
+lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::ForwardShape & shape, const char * what) {
+    if (slot.graph && slot.graph->shape == shape) return *slot.graph;
+    slot.graph.reset();
+    std::unique_ptr<lb::ForwardGraph> g = lb::build_forward(*model, cache, shape, flash_);
+    lb::check_graph_supported(backend, g->meta.gf, what);
+    lb::mark_graph_reusable(g->meta.gf);
+    if (!slot.galloc) slot.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.backend));
+    check(ggml_gallocr_alloc_graph(slot.galloc, g->meta.gf), LB_E_OOM,
+          std::string("cannot allocate the compute buffer for ") + what + " on " + backend.name() +
+              "; lower ubatch or max_tree");
+    slot.graph = std::move(g);
+    return *slot.graph;
+}
+
+void lb_engine::compute(ggml_cgraph * gf, const char * what) {
+    const ggml_status st = ggml_backend_graph_compute(backend.backend, gf);
+    check(st == GGML_STATUS_SUCCESS, LB_E_BACKEND,
+          std::string(what) + " failed on " + backend.name() + " (ggml status " + std::to_string(int(st)) + ")");
+}
+
+// Inputs of a chain: token i sits at position P+i, writes slot P+i, sees slots 0..P+i.
+void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n) {
+    const int32_t n_kv = g.shape.n_kv;
+    lb::set_graph_input(g.tokens, toks, size_t(n) * sizeof(int32_t));
+    pos_host_.resize(size_t(4 * n));
+    for (int32_t s = 0; s < 4; ++s) {
+        for (int32_t i = 0; i < n; ++i) pos_host_[size_t(s * n + i)] = n_past + i;
+    }
+    lb::set_graph_input(g.pos, pos_host_.data(), pos_host_.size() * sizeof(int32_t));
+    if (!g.mask) return;
+    kv_idx_host_.resize(size_t(n));
+    for (int32_t i = 0; i < n; ++i) kv_idx_host_[size_t(i)] = n_past + i;
+    lb::set_graph_input(g.kv_idx, kv_idx_host_.data(), kv_idx_host_.size() * sizeof(int64_t));
+    mask_host_.resize(size_t(n) * size_t(n_kv));
+    for (int32_t i = 0; i < n; ++i) {
+        uint16_t * row = mask_host_.data() + size_t(i) * size_t(n_kv);
+        const int32_t visible = n_past + i + 1;
+        std::fill(row, row + visible, lb::kMaskOpen);
+        std::fill(row + visible, row + n_kv, lb::kMaskShut);
+    }
+    lb::set_graph_input(g.mask, mask_host_.data(), mask_host_.size() * sizeof(uint16_t));
+}
+
+void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap) {
+    check(toks != nullptr && out_next != nullptr, LB_E_INVALID_ARG, "lb_prefill: toks and out_next must not be NULL");
+    check(n >= 1, LB_E_INVALID_ARG, "lb_prefill: n must be >= 1 (got " + std::to_string(n) + ")");
+    const int64_t n_vocab = model->hp.n_vocab;
+    check(logits == nullptr || logits_cap >= int64_t(n) * n_vocab, LB_E_INVALID_ARG,
+          "lb_prefill: logits buffer holds " + std::to_string(logits_cap) + " floats, need n * n_vocab = " +
+              std::to_string(int64_t(n) * n_vocab));
+    check_tokens(toks, n, "lb_prefill");
+    check(int64_t(n_past) + n <= max_ctx, LB_E_CONTEXT,
+          "lb_prefill: " + std::to_string(n_past) + " cached + " + std::to_string(n) + " new tokens exceed max_ctx " +
+              std::to_string(max_ctx) + "; reset or load with a larger max_ctx");
+    verify_pending_ = false;
+
+    for (int32_t off = 0; off < n; off += ubatch) {
+        const int32_t nc = std::min(ubatch, n - off);
+        lb::ForwardShape shape{nc, n_kv_for(nc), false, logits != nullptr, capture_gen_};
+        lb::ForwardGraph & g = forward_graph(prefill_slot_, shape, "prefill");
+        set_chain_inputs(g, toks + off, nc);
+        compute(g.meta.gf, "prefill");
+        if (logits) {
+            ggml_backend_tensor_get(g.logits, logits + int64_t(off) * n_vocab, 0, size_t(nc) * size_t(n_vocab) * sizeof(float));
+        }
+        n_past += nc;
+        if (on_commit) on_commit(nullptr, nc);
+        if (off + nc == n) {
+            ggml_backend_tensor_get(g.argmax, out_next, size_t(g.n_out - 1) * sizeof(int32_t), sizeof(int32_t));
+        }
+    }
+}
+
+void lb_engine::step(int32_t tok, int32_t * out_next) {
+    check(out_next != nullptr, LB_E_INVALID_ARG, "lb_step: out_next must not be NULL");
+    check_tokens(&tok, 1, "lb_step");
+    check(n_past + 1 <= max_ctx, LB_E_CONTEXT,
+          "lb_step: the context is full (max_ctx " + std::to_string(max_ctx) + "); reset or load with a larger max_ctx");
+    verify_pending_ = false;
+    lb::ForwardShape shape{1, n_kv_for(1), false, false, capture_gen_};
+    lb::ForwardGraph & g = forward_graph(step_slot_, shape, "step");
+    set_chain_inputs(g, &tok, 1);
+    compute(g.meta.gf, "step");
+    ggml_backend_tensor_get(g.argmax, out_next, 0, sizeof(int32_t));
+    n_past += 1;
+    if (on_commit) on_commit(nullptr, 1);
+}

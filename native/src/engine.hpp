@@ -1,0 +1,127 @@
+// engine.hpp: struct lb_engine, the object behind the C ABI's opaque handle.
+//
+// It owns the backend, the target weights, the caches and one reusable graph per kind of call
+// (prefill micro-batch, AR step, tree verify, commit). All methods throw lb::Error; api.cpp turns
+// that into a status code. State invariant between calls: n_past committed tokens are in the caches.
+//
+// The DFlash draft (draft_*.cpp) is wired in load_draft() (engine.cpp) through what it borrows here:
+//   backend.backend                      the ggml backend every buffer below is on
+//   model->tok_embd / ->output           [n_embd, n_vocab] token embedding / lm head (== tok_embd if tied)
+//   model->output_norm                   [n_embd] final norm weight
+//   model->hp                            every hyperparameter (n_embd, n_layer, n_vocab, ...)
+//   set_capture_layers({l0, l1, ...})    from then on every forward writes, for each token, the residual
+//                                        stream after target layer l_j (0-based) to cache.capture[j], an f32
+//                                        [n_embd, capture_rows] tensor on the backend (column t = token t of
+//                                        the last forward: prefill micro-batch, step, or verify node t)
+//   on_commit(rows, n)                   called after tokens are committed: rows == nullptr means columns
+//                                        0..n-1 of cache.capture (prefill micro-batch / step); otherwise
+//                                        rows[i] is the capture column of the i-th committed token (the
+//                                        accepted path of a verify). Matches DraftModel::append(feats, rows, n).
+//   on_reset()                           called by reset() (forget the draft context too)
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "caches.hpp"
+#include "commit_graph.hpp"
+#include "draft_model.hpp"
+#include "ggml-alloc.h"
+#include "gguf_target.hpp"
+#include "lucebox.h"
+#include "target_graph.hpp"
+
+namespace lb {
+
+// Attention-mask values (f16 bits): a slot a token may attend to, and one it may not.
+constexpr uint16_t kMaskOpen = 0x0000;  // +0
+constexpr uint16_t kMaskShut = 0xFC00;  // -inf
+
+// Uploads a graph input; inputs a graph does not use have no buffer and are skipped.
+inline void set_graph_input(ggml_tensor * t, const void * data, size_t bytes) {
+    if (t && t->buffer) ggml_backend_tensor_set(t, data, 0, bytes);
+}
+
+}  // namespace lb
+
+struct lb_engine {
+    // --- configuration (as loaded) -------------------------------------------------------
+    std::string target_path;
+    int32_t max_ctx = 0;
+    int32_t ubatch = 0;
+    int32_t max_tree = 0;
+    ggml_type kv_type = GGML_TYPE_F16;
+
+    // --- what the engine owns (destroyed in reverse order) ----------------------------------
+    lb::Backend backend;
+    std::unique_ptr<lb::TargetModel> model;
+    lb::TargetCache cache;
+    std::unique_ptr<lb::DraftModel> draft;  // optional; fed through on_commit / on_reset
+
+    // --- decode state ----------------------------------------------------------------------
+    int32_t n_past = 0;  // P: committed tokens
+
+    // --- hooks for the draft ---------------------------------------------------------------
+    std::function<void(const int32_t * rows, int32_t n)> on_commit;
+    std::function<void()> on_reset;
+
+    void load(const lb_params & p);
+    ~lb_engine();
+
+    void reset();
+    // Feeds toks[0..n) after the prefix in micro-batches; *out_next = argmax after the last token.
+    void prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap);
+    void step(int32_t tok, int32_t * out_next);
+    void verify(const int32_t * toks, const int32_t * parents, int32_t n, int32_t * out_argmax, float * logits,
+                int64_t logits_cap);
+    void commit(const int32_t * path, int32_t n_path);
+    // Drafts the block after `last` (see lucebox.h lb_draft). LB_E_STATE without a draft.
+    void draft_block(int32_t last, int32_t top_k, int32_t * ids, float * logp, int64_t cap);
+
+    void set_capture_layers(const std::vector<int32_t> & layers);
+
+    lb_model_info info() const;
+
+private:
+    // One cached graph per call kind, with its own compute buffer: reusing the graph object
+    // keeps tensor addresses (and ggml-cuda's captured CUDA graph) stable across calls.
+    struct ForwardSlot {
+        std::unique_ptr<lb::ForwardGraph> graph;
+        ggml_gallocr_t galloc = nullptr;
+    };
+    struct CommitSlot {
+        std::unique_ptr<lb::CommitGraph> graph;
+        ggml_gallocr_t galloc = nullptr;
+    };
+    ForwardSlot prefill_slot_, step_slot_, verify_slot_;
+    // commit graphs by (n_path, move_kv): accepted lengths vary every step, and a graph per
+    // length (a few MB each) is cheaper than re-planning one graph per call
+    std::map<std::pair<int32_t, bool>, CommitSlot> commit_slots_;
+    uint32_t capture_gen_ = 0;
+    bool flash_ = true;
+
+    // the last verify, kept for commit
+    bool verify_pending_ = false;
+    std::vector<int32_t> verify_parents_;
+
+    // host staging for graph inputs, reused by every call
+    std::vector<int32_t> pos_host_;
+    std::vector<int64_t> kv_idx_host_;
+    std::vector<uint16_t> mask_host_;
+    std::vector<int32_t> depth_host_;
+    std::vector<int32_t> i32_host_;
+    std::vector<uint8_t> allowed_host_;
+
+    lb::ForwardGraph & forward_graph(ForwardSlot & slot, const lb::ForwardShape & shape, const char * what);
+    int32_t n_kv_for(int32_t n_tokens) const;
+    void check_tokens(const int32_t * toks, int32_t n, const char * what) const;
+    void set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n);
+    void compute(ggml_cgraph * gf, const char * what);
+    void free_graphs();
+    void load_draft(const std::string & dir);
+};

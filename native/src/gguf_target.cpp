@@ -1,0 +1,335 @@
+// gguf_target.cpp: a qwen35 GGUF (opened by GgufFile) -> hyperparameters, validated tensors on
+// the backend.
+//
+// Checks after the file ones (gguf_file.cpp): architecture (UNSUPPORTED) -> hyperparameters
+// (FORMAT / UNSUPPORTED) -> every needed tensor present with the shape the metadata implies
+// (FORMAT) and a type we run (UNSUPPORTED).
+#include "gguf_target.hpp"
+
+#include <sys/mman.h>
+
+#include <cstring>
+
+#include "backend.hpp"
+#include "error.hpp"
+#include "ggml-alloc.h"
+#include "ggml-cpu.h"
+#include "gguf_file.hpp"
+
+namespace lb {
+
+namespace {
+
+constexpr const char * kArch = "qwen35";
+
+// Matrix storage types: the Q4_K_M / UD-Q4_K_XL families, their neighbours and the float types.
+bool matrix_type_supported(ggml_type t) {
+    switch (t) {
+        case GGML_TYPE_F32: case GGML_TYPE_F16: case GGML_TYPE_BF16:
+        case GGML_TYPE_Q4_0: case GGML_TYPE_Q4_1: case GGML_TYPE_Q5_0: case GGML_TYPE_Q5_1: case GGML_TYPE_Q8_0:
+        case GGML_TYPE_Q2_K: case GGML_TYPE_Q3_K: case GGML_TYPE_Q4_K: case GGML_TYPE_Q5_K: case GGML_TYPE_Q6_K:
+        case GGML_TYPE_IQ2_XXS: case GGML_TYPE_IQ2_XS: case GGML_TYPE_IQ2_S: case GGML_TYPE_IQ3_XXS:
+        case GGML_TYPE_IQ3_S: case GGML_TYPE_IQ1_S: case GGML_TYPE_IQ1_M: case GGML_TYPE_IQ4_NL:
+        case GGML_TYPE_IQ4_XS:
+            return true;
+        default:
+            return false;
+    }
+}
+
+// Small tensors read by element-wise ops: kept (or converted to) F32 on the device.
+bool float_type_convertible(ggml_type t) {
+    return t == GGML_TYPE_F32 || t == GGML_TYPE_F16 || t == GGML_TYPE_BF16;
+}
+
+std::string shape_str(const int64_t * ne, int n) {
+    std::string s = "[";
+    for (int i = 0; i < n; ++i) s += (i ? ", " : "") + std::to_string(ne[i]);
+    return s + "]";
+}
+
+// Creates the model's tensors from the file's tensor infos, then places their data.
+class TensorLoader {
+public:
+    TensorLoader(GgufFile & f, TargetModel & m) : f_(f), m_(m) {}
+    void create_tensors();
+    void upload(ggml_backend_t backend, bool backend_is_cpu);
+
+private:
+    ggml_tensor * need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required = true);
+
+    GgufFile & f_;
+    TargetModel & m_;
+    // per created tensor: its GGUF index and whether it needs an F32 conversion on upload
+    struct Source { ggml_tensor * t; int64_t gguf_id; bool convert; };
+    std::vector<Source> sources_;
+};
+
+TargetHparams read_hparams(const GgufFile & f) {
+    TargetHparams hp;
+    const std::string where = f.where();
+    const std::string a = std::string(kArch) + ".";
+    const int32_t n_block = int32_t(f.get_u32(a + "block_count", true));
+    hp.n_nextn = int32_t(f.get_u32(a + "nextn_predict_layers", false, 0));
+    check(n_block > hp.n_nextn, LB_E_FORMAT, where + ": block_count <= nextn_predict_layers");
+    hp.n_layer = n_block - hp.n_nextn;
+    hp.n_embd = int32_t(f.get_u32(a + "embedding_length", true));
+    hp.n_ctx_train = int32_t(f.get_u32(a + "context_length", false, 0));
+    hp.rms_eps = f.get_f32(a + "attention.layer_norm_rms_epsilon", true, 1e-6f);
+
+    // feed_forward_length: a scalar, or one entry per block
+    {
+        if (f.is_array(a + "feed_forward_length")) {
+            const std::vector<int64_t> v = f.get_ints(a + "feed_forward_length");
+            check(int32_t(v.size()) >= hp.n_layer, LB_E_FORMAT, where + ": feed_forward_length has too few entries");
+            for (int32_t il = 0; il < hp.n_layer; ++il) hp.n_ff.push_back(int32_t(v[size_t(il)]));
+        } else {
+            hp.n_ff.assign(size_t(hp.n_layer), int32_t(f.get_u32(a + "feed_forward_length", true)));
+        }
+    }
+
+    hp.n_head = int32_t(f.get_u32(a + "attention.head_count", true));
+    hp.n_head_kv = int32_t(f.get_u32(a + "attention.head_count_kv", false, uint32_t(hp.n_head)));
+    check(hp.n_head > 0, LB_E_FORMAT, where + ": attention.head_count is 0");
+    hp.head_dim = int32_t(f.get_u32(a + "attention.key_length", false, uint32_t(hp.n_embd / hp.n_head)));
+    const int32_t head_dim_v = int32_t(f.get_u32(a + "attention.value_length", false, uint32_t(hp.head_dim)));
+    hp.n_rot = int32_t(f.get_u32(a + "rope.dimension_count", false, uint32_t(hp.head_dim)));
+    hp.rope_freq_base = f.get_f32(a + "rope.freq_base", false, 10000.0f);
+    if (f.has_key(a + "rope.dimension_sections")) {
+        const std::vector<int64_t> s = f.get_ints(a + "rope.dimension_sections");
+        for (size_t i = 0; i < 4 && i < s.size(); ++i) hp.rope_sections[i] = int32_t(s[i]);
+    }
+
+    hp.d_conv = int32_t(f.get_u32(a + "ssm.conv_kernel", true));
+    hp.head_k_dim = int32_t(f.get_u32(a + "ssm.state_size", true));
+    hp.n_k_heads = int32_t(f.get_u32(a + "ssm.group_count", true));
+    hp.n_v_heads = int32_t(f.get_u32(a + "ssm.time_step_rank", true));
+    const int32_t d_inner = int32_t(f.get_u32(a + "ssm.inner_size", true));
+
+    // which layers are Gated DeltaNet: an explicit per-block array, else every
+    // full_attention_interval-th layer is full attention
+    hp.recurrent.assign(size_t(hp.n_layer), false);
+    if (f.has_key(a + "attention.recurrent_layers")) {
+        const std::vector<int64_t> r = f.get_ints(a + "attention.recurrent_layers");
+        check(int32_t(r.size()) >= hp.n_layer, LB_E_FORMAT, where + ": attention.recurrent_layers is too short");
+        for (int32_t il = 0; il < hp.n_layer; ++il) hp.recurrent[size_t(il)] = r[size_t(il)] != 0;
+    } else {
+        const int32_t interval = int32_t(f.get_u32(a + "full_attention_interval", false, 4));
+        check(interval > 0, LB_E_FORMAT, where + ": full_attention_interval is 0");
+        for (int32_t il = 0; il < hp.n_layer; ++il) hp.recurrent[size_t(il)] = (il + 1) % interval != 0;
+    }
+
+    // shapes the ops can run (ggml asserts otherwise, so refuse here)
+    const std::string bad = where + " has hyperparameters lucebox cannot run: ";
+    check(hp.n_embd > 0 && hp.n_layer > 0, LB_E_FORMAT, where + ": embedding_length / block_count is 0");
+    check(hp.n_head_kv > 0 && hp.n_head % hp.n_head_kv == 0, LB_E_UNSUPPORTED,
+          bad + "head_count must be a multiple of head_count_kv");
+    check(head_dim_v == hp.head_dim, LB_E_UNSUPPORTED, bad + "attention key_length != value_length");
+    check(hp.n_rot > 0 && hp.n_rot <= hp.head_dim && hp.n_rot % 2 == 0, LB_E_UNSUPPORTED,
+          bad + "rope.dimension_count must be even and <= key_length");
+    check(hp.d_conv >= 2, LB_E_UNSUPPORTED, bad + "ssm.conv_kernel must be >= 2");
+    check(hp.n_k_heads > 0 && hp.n_v_heads > 0 && hp.n_v_heads % hp.n_k_heads == 0, LB_E_UNSUPPORTED,
+          bad + "ssm.time_step_rank (value heads) must be a multiple of ssm.group_count (key heads)");
+    check(d_inner % hp.n_v_heads == 0, LB_E_FORMAT, where + ": ssm.inner_size is not a multiple of the value heads");
+    hp.head_v_dim = d_inner / hp.n_v_heads;
+    // M-RoPE sections (in rotary pairs). Text positions are equal in every section, so only their
+    // validity matters to ggml: none at all means one section over every rotary pair.
+    int32_t sect_sum = 0;
+    for (int32_t s : hp.rope_sections) {
+        check(s >= 0, LB_E_FORMAT, where + ": rope.dimension_sections has a negative entry");
+        sect_sum += s;
+    }
+    if (sect_sum == 0) hp.rope_sections[0] = hp.n_rot / 2;
+    check(sect_sum <= hp.n_rot / 2, LB_E_UNSUPPORTED, bad + "rope.dimension_sections cover more than the rotary pairs");
+    check(hp.head_v_dim == hp.head_k_dim, LB_E_UNSUPPORTED, bad + "DeltaNet key and value head sizes differ");
+    for (int32_t f : hp.n_ff) check(f > 0, LB_E_FORMAT, where + ": feed_forward_length is 0");
+    return hp;
+}
+
+ggml_tensor * TensorLoader::need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required) {
+    const int64_t id = f_.find_tensor(name);
+    if (id < 0) {
+        check(!required, LB_E_FORMAT, f_.where() + " is missing tensor '" + name + "'; re-convert the model");
+        return nullptr;
+    }
+    const int64_t * fne = f_.tensor_ne(id);
+    ne.resize(GGML_MAX_DIMS, 1);
+    for (int i = 0; i < GGML_MAX_DIMS; ++i) {
+        if (fne[i] != ne[size_t(i)]) {
+            throw Error(LB_E_FORMAT, f_.where() + ": tensor '" + name + "' has shape " + shape_str(fne, 4) +
+                                         " but the metadata implies " + shape_str(ne.data(), 4));
+        }
+    }
+    const ggml_type type = f_.tensor_type(id);
+    bool convert = false;
+    if (must_be_f32) {
+        check(float_type_convertible(type), LB_E_UNSUPPORTED,
+              f_.where() + ": tensor '" + name + "' has type " + ggml_type_name(type) + "; lucebox needs F32/F16/BF16 there");
+        convert = type != GGML_TYPE_F32;
+    } else {
+        check(matrix_type_supported(type), LB_E_UNSUPPORTED,
+              f_.where() + ": tensor '" + name + "' has type " + ggml_type_name(type) +
+                  ", which lucebox does not run; use a F32/F16/BF16/Q8_0/Q4_0/K-quant/IQ4 GGUF");
+    }
+    ggml_tensor * t = ggml_new_tensor(m_.ctx, convert ? GGML_TYPE_F32 : type, GGML_MAX_DIMS, ne.data());
+    ggml_set_name(t, name.c_str());
+    sources_.push_back({t, id, convert});
+    return t;
+}
+
+void TensorLoader::create_tensors() {
+    const TargetHparams & hp = m_.hp;
+    const int64_t id_embd = f_.find_tensor("token_embd.weight");
+    check(id_embd >= 0, LB_E_FORMAT, f_.where() + " is missing tensor 'token_embd.weight'; re-convert the model");
+    m_.hp.n_vocab = int32_t(f_.tensor_ne(id_embd)[1]);
+
+    ggml_init_params ip = {ggml_tensor_overhead() * size_t(16 + 20 * hp.n_layer), nullptr, true};
+    m_.ctx = ggml_init(ip);
+    check(m_.ctx != nullptr, LB_E_OOM, "cannot create the target's tensor context");
+
+    const int64_t E = hp.n_embd, V = hp.n_vocab;
+    m_.tok_embd = need("token_embd.weight", {E, V}, false);
+    m_.output_norm = need("output_norm.weight", {E}, true);
+    m_.output = need("output.weight", {E, V}, false, /*required=*/false);
+    if (!m_.output) m_.output = m_.tok_embd;  // tied embeddings
+
+    m_.layers.resize(size_t(hp.n_layer));
+    for (int32_t il = 0; il < hp.n_layer; ++il) {
+        TargetLayer & L = m_.layers[size_t(il)];
+        const std::string p = "blk." + std::to_string(il) + ".";
+        const int64_t F = hp.n_ff[size_t(il)];
+        L.recurrent = hp.recurrent[size_t(il)];
+        L.attn_norm = need(p + "attn_norm.weight", {E}, true);
+        L.post_norm = need(p + "post_attention_norm.weight", {E}, true);
+        L.ffn_gate = need(p + "ffn_gate.weight", {E, F}, false);
+        L.ffn_up = need(p + "ffn_up.weight", {E, F}, false);
+        L.ffn_down = need(p + "ffn_down.weight", {F, E}, false);
+        if (L.recurrent) {
+            const int64_t C = hp.conv_channels(), Dv = hp.value_dim(), Hv = hp.n_v_heads;
+            L.wqkv = need(p + "attn_qkv.weight", {E, C}, false);
+            L.wz = need(p + "attn_gate.weight", {E, Dv}, false);
+            L.conv1d = need(p + "ssm_conv1d.weight", {hp.d_conv, C}, true);
+            L.ssm_dt = need(p + "ssm_dt.bias", {Hv}, true);
+            L.ssm_a = need(p + "ssm_a", {Hv}, true);
+            L.ssm_beta = need(p + "ssm_beta.weight", {E, Hv}, false);
+            L.ssm_alpha = need(p + "ssm_alpha.weight", {E, Hv}, false);
+            L.ssm_norm = need(p + "ssm_norm.weight", {hp.head_v_dim}, true);
+            L.ssm_out = need(p + "ssm_out.weight", {Dv, E}, false);
+        } else {
+            const int64_t D = hp.head_dim;
+            L.wq = need(p + "attn_q.weight", {E, 2 * D * hp.n_head}, false);
+            L.wk = need(p + "attn_k.weight", {E, D * hp.n_head_kv}, false);
+            L.wv = need(p + "attn_v.weight", {E, D * hp.n_head_kv}, false);
+            L.wo = need(p + "attn_output.weight", {D * hp.n_head, E}, false);
+            L.q_norm = need(p + "attn_q_norm.weight", {D}, true);
+            L.k_norm = need(p + "attn_k_norm.weight", {D}, true);
+        }
+    }
+}
+
+// Host conversion of a small F16/BF16 tensor to F32.
+std::vector<float> to_f32(const void * src, ggml_type type, int64_t n) {
+    std::vector<float> out(static_cast<size_t>(n));
+    if (type == GGML_TYPE_F16) {
+        ggml_fp16_to_fp32_row((const ggml_fp16_t *) src, out.data(), n);
+    } else if (type == GGML_TYPE_BF16) {
+        ggml_bf16_to_fp32_row((const ggml_bf16_t *) src, out.data(), n);
+    } else {
+        std::memcpy(out.data(), src, size_t(n) * sizeof(float));
+    }
+    return out;
+}
+
+void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
+    auto src_ptr = [&](const Source & s) { return (const char *) f_.tensor_data(s.gguf_id); };
+
+    if (backend_is_cpu) {
+        // Zero copy: tensors point into the mapping; only converted ones get their own buffer.
+        m_.map = f_.adopt_map(&m_.map_size);
+        ggml_backend_buffer_t map_buf = ggml_backend_cpu_buffer_from_ptr(m_.map, m_.map_size);
+        check(map_buf != nullptr, LB_E_OOM, "cannot wrap the mapped " + f_.where());
+        m_.buffers.push_back(map_buf);
+        ggml_init_params ip = {ggml_tensor_overhead() * (sources_.size() + 1), nullptr, true};
+        ggml_context * conv_ctx = ggml_init(ip);
+        std::vector<std::pair<ggml_tensor *, const Source *>> converted;
+        for (const Source & s : sources_) {
+            if (s.convert) {
+                converted.push_back({ggml_dup_tensor(conv_ctx, s.t), &s});
+                continue;
+            }
+            const ggml_status st = ggml_backend_tensor_alloc(map_buf, s.t, (void *) src_ptr(s));
+            check(st == GGML_STATUS_SUCCESS, LB_E_BACKEND, "cannot place tensor " + std::string(s.t->name));
+            m_.weight_bytes += ggml_nbytes(s.t);
+        }
+        if (!converted.empty()) {
+            ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(conv_ctx, backend);
+            check(buf != nullptr, LB_E_OOM, "cannot allocate converted target tensors");
+            m_.buffers.push_back(buf);
+            for (auto & c : converted) {
+                // s.t must own the memory: alias it onto the allocated copy
+                ggml_backend_tensor_alloc(buf, c.second->t, c.first->data);
+                const int64_t id = c.second->gguf_id;
+                const std::vector<float> f = to_f32(src_ptr(*c.second), f_.tensor_type(id),
+                                                    ggml_nelements(c.second->t));
+                ggml_backend_tensor_set(c.second->t, f.data(), 0, ggml_nbytes(c.second->t));
+            }
+        }
+        ggml_free(conv_ctx);
+        return;
+    }
+
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(m_.ctx, backend);
+    if (!buf) {
+        throw Error(LB_E_OOM, "cannot allocate " + std::to_string(ggml_backend_alloc_ctx_tensors_from_buft_size(
+                                                      m_.ctx, ggml_backend_get_default_buffer_type(backend)) >> 20) +
+                                  " MiB on " + ggml_backend_name(backend) + " for the target weights; use a smaller quant");
+    }
+    m_.buffers.push_back(buf);
+    for (const Source & s : sources_) {
+        if (s.convert) {
+            const std::vector<float> f =
+                to_f32(src_ptr(s), f_.tensor_type(s.gguf_id), ggml_nelements(s.t));
+            ggml_backend_tensor_set(s.t, f.data(), 0, ggml_nbytes(s.t));
+        } else {
+            ggml_backend_tensor_set(s.t, src_ptr(s), 0, ggml_nbytes(s.t));
+        }
+        m_.weight_bytes += ggml_nbytes(s.t);
+    }
+}
+
+}  // namespace
+
+int32_t TargetHparams::n_attn_layers() const {
+    int32_t n = 0;
+    for (bool r : recurrent) n += r ? 0 : 1;
+    return n;
+}
+
+int32_t TargetHparams::n_recurrent_layers() const { return n_layer - n_attn_layers(); }
+
+TargetModel::~TargetModel() {
+    for (ggml_backend_buffer_t b : buffers) ggml_backend_buffer_free(b);
+    if (ctx) ggml_free(ctx);
+    if (map) munmap(map, map_size);
+}
+
+std::unique_ptr<TargetModel> load_target(const std::string & path, ggml_backend_t backend, bool backend_is_cpu) {
+    auto m = std::make_unique<TargetModel>();
+    m->path = path;
+    GgufFile file(path);
+    const std::string arch = file.has_key("general.architecture") ? file.get_str("general.architecture") : "";
+    check(!arch.empty(), LB_E_FORMAT,
+          file.where() + " has no general.architecture; re-convert it with llama.cpp's convert_hf_to_gguf.py");
+    check(arch == kArch, LB_E_UNSUPPORTED,
+          file.where() + " has architecture '" + arch + "'; lucebox runs qwen35 targets (Qwen3.5 / Qwen3.6) only");
+    m->hp = read_hparams(file);
+    TensorLoader loader(file, *m);
+    loader.create_tensors();
+    loader.upload(backend, backend_is_cpu);
+    log_msg(LB_LOG_INFO, "target %s: %d layers (%d full attention), n_embd %d, vocab %d, %.1f MiB of weights",
+            path.c_str(), m->hp.n_layer, m->hp.n_attn_layers(), m->hp.n_embd, m->hp.n_vocab,
+            double(m->weight_bytes) / (1 << 20));
+    return m;
+}
+
+}  // namespace lb

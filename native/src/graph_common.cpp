@@ -1,0 +1,82 @@
+// graph_common.cpp: see graph_common.hpp.
+#include "graph_common.hpp"
+
+#include <cmath>
+
+#include "error.hpp"
+
+namespace lb {
+
+namespace {
+
+// transformers' l2norm: x * rsqrt(sum(x^2) + 1e-6), written as a scaled RMS norm so it is one
+// fused-friendly op on every backend: rms_norm(x, eps/n) / sqrt(n) == x / sqrt(sum(x^2) + eps).
+constexpr float kL2NormEps = 1e-6f;
+
+ggml_tensor * l2_norm(ggml_context * ctx, ggml_tensor * x) {
+    const float n = float(x->ne[0]);
+    return ggml_scale(ctx, ggml_rms_norm(ctx, x, kL2NormEps / n), 1.0f / std::sqrt(n));
+}
+
+}  // namespace
+
+GraphMeta::GraphMeta(size_t max_nodes) {
+    const size_t size = ggml_tensor_overhead() * max_nodes * 2 + ggml_graph_overhead_custom(max_nodes, false);
+    ggml_init_params ip = {size, nullptr, /*no_alloc=*/true};
+    ctx = ggml_init(ip);
+    check(ctx != nullptr, LB_E_OOM, "cannot allocate graph metadata");
+    gf = ggml_new_graph_custom(ctx, max_nodes, false);
+}
+
+GraphMeta::~GraphMeta() {
+    if (ctx) ggml_free(ctx);
+}
+
+size_t graph_max_nodes(int32_t n_layer) { return size_t(n_layer) * 96 + 512; }
+
+ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
+    return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
+}
+
+DeltaOut build_delta_core(ggml_context * ctx, const TargetHparams & hp, const TargetLayer & L,
+                          ggml_tensor * conv_state, ggml_tensor * ssm_state, ggml_tensor * qkv, ggml_tensor * g,
+                          ggml_tensor * beta, ggml_tensor * parents) {
+    const int64_t n = qkv->ne[1];
+    const int64_t C = hp.conv_channels();
+    const int64_t S = hp.head_v_dim, Hk = hp.n_k_heads, Hv = hp.n_v_heads;
+    const int64_t key_dim = hp.key_dim();
+    DeltaOut out;
+
+    // conv input: the committed window (oldest first) followed by the new tokens, time along ne0
+    ggml_tensor * sx = ggml_concat(ctx, conv_state, ggml_transpose(ctx, qkv), 0);  // [d_conv-1+n, C]
+    sx = ggml_reshape_3d(ctx, sx, sx->ne[0], C, 1);
+    ggml_tensor * conv = parents ? ggml_ssm_conv_tree(ctx, sx, L.conv1d, parents) : ggml_ssm_conv(ctx, sx, L.conv1d);
+    conv = ggml_reshape_2d(ctx, ggml_silu(ctx, conv), C, n);  // silu right after the conv: ggml-cuda fuses the pair
+    if (!parents) {
+        out.new_conv = ggml_view_2d(ctx, sx, hp.d_conv - 1, C, sx->nb[1], ggml_row_size(sx->type, n));
+    }
+
+    const size_t es = ggml_element_size(conv);
+    ggml_tensor * q = ggml_view_3d(ctx, conv, S, Hk, n, S * es, conv->nb[1], 0);
+    ggml_tensor * k = ggml_view_3d(ctx, conv, S, Hk, n, S * es, conv->nb[1], key_dim * es);
+    ggml_tensor * v = ggml_view_4d(ctx, conv, S, Hv, n, 1, S * es, conv->nb[1], conv->nb[1] * n, 2 * key_dim * es);
+    q = l2_norm(ctx, q);
+    k = l2_norm(ctx, k);
+    q = ggml_reshape_4d(ctx, q, S, Hk, n, 1);
+    k = ggml_reshape_4d(ctx, k, S, Hk, n, 1);
+    ggml_tensor * g4 = ggml_reshape_4d(ctx, g, 1, Hv, n, 1);
+    ggml_tensor * b4 = ggml_reshape_4d(ctx, beta, 1, Hv, n, 1);
+    ggml_tensor * s4 = ggml_reshape_4d(ctx, ssm_state, S, S, Hv, 1);
+
+    // Both ops pack y first: [S*Hv, n] rows; the chain op then holds the final state.
+    ggml_tensor * r = parents ? ggml_gated_delta_net_tree(ctx, q, k, v, g4, b4, s4, parents)
+                              : ggml_gated_delta_net(ctx, q, k, v, g4, b4, s4, /*K=*/1);
+    out.y = ggml_view_3d(ctx, r, S, Hv, n, S * ggml_element_size(r), S * Hv * ggml_element_size(r), 0);
+    if (!parents) {
+        out.new_state = ggml_view_3d(ctx, r, S, S, Hv, S * ggml_element_size(r), S * S * ggml_element_size(r),
+                                     size_t(S * Hv * n) * ggml_element_size(r));
+    }
+    return out;
+}
+
+}  // namespace lb

@@ -1,0 +1,47 @@
+// graph_common.hpp: pieces shared by the forward graph (target_graph.cpp) and the commit graph
+// (commit_graph.cpp): a metadata-only ggml context + graph, RMS norm, and the Gated DeltaNet core
+// that turns a layer's pre-conv inputs into its output (and, on a chain, its next state).
+#pragma once
+
+#include <cstdint>
+
+#include "ggml.h"
+#include "gguf_target.hpp"
+
+namespace lb {
+
+// A graph's tensor metadata (no data: gallocr places it) and the graph itself.
+struct GraphMeta {
+    ggml_context * ctx = nullptr;
+    ggml_cgraph * gf = nullptr;
+
+    explicit GraphMeta(size_t max_nodes);
+    ~GraphMeta();
+    GraphMeta(const GraphMeta &) = delete;
+    GraphMeta & operator=(const GraphMeta &) = delete;
+};
+
+// Upper bound on graph nodes for a target of n_layer layers.
+size_t graph_max_nodes(int32_t n_layer);
+
+// x * rsqrt(mean(x^2) + eps) * w, over ne0.
+ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);
+
+struct DeltaOut {
+    ggml_tensor * y = nullptr;          // [S, n_v_heads, n]: delta-rule output (before the gated norm)
+    ggml_tensor * new_state = nullptr;  // [S, S, n_v_heads]: state after the last token (chain only)
+    ggml_tensor * new_conv = nullptr;   // [d_conv-1, C]: conv window after the last token (chain only)
+};
+
+// The Gated DeltaNet recurrence of one layer for n tokens.
+//   qkv   [C, n]: pre-conv projections (q | k | v), C = conv_channels
+//   g     [n_v_heads, n]: log decay, ssm_a * softplus(alpha + dt_bias)
+//   beta  [n_v_heads, n]: sigmoid(beta projection)
+//   conv_state [d_conv-1, C], ssm_state [S, S, n_v_heads]: the committed state (read only here)
+//   parents: nullptr for a chain (token t follows t-1; new_state / new_conv are returned), or
+//            i32 [n] tree parents (token t follows parents[t]; the state is not advanced)
+DeltaOut build_delta_core(ggml_context * ctx, const TargetHparams & hp, const TargetLayer & L,
+                          ggml_tensor * conv_state, ggml_tensor * ssm_state, ggml_tensor * qkv, ggml_tensor * g,
+                          ggml_tensor * beta, ggml_tensor * parents);
+
+}  // namespace lb

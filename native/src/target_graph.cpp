@@ -1,0 +1,179 @@
+// target_graph.cpp: see target_graph.hpp.
+#include "target_graph.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace lb {
+
+namespace {
+
+struct ForwardBuilder {
+    const TargetModel & m;
+    const TargetHparams & hp;
+    const TargetCache & c;
+    const ForwardShape & s;
+    bool flash;
+    ForwardGraph & fg;
+    ggml_context * ctx;
+    ggml_cgraph * gf;
+
+    ggml_tensor * attention(int32_t il, ggml_tensor * x);
+    ggml_tensor * delta_net(int32_t il, ggml_tensor * x);
+    ggml_tensor * ffn(int32_t il, ggml_tensor * x);
+    void build();
+};
+
+ggml_tensor * ForwardBuilder::attention(int32_t il, ggml_tensor * x) {
+    const TargetLayer & L = m.layers[size_t(il)];
+    const int64_t n = s.n_tokens, D = hp.head_dim, H = hp.n_head, Hkv = hp.n_head_kv;
+
+    // attn_q interleaves, per head, D query values and D gate values
+    ggml_tensor * qg = ggml_mul_mat(ctx, L.wq, x);  // [2*D*H, n]
+    const size_t es = ggml_element_size(qg);
+    ggml_tensor * q = ggml_view_3d(ctx, qg, D, H, n, 2 * D * es, qg->nb[1], 0);
+    ggml_tensor * gate = ggml_view_3d(ctx, qg, D, H, n, 2 * D * es, qg->nb[1], D * es);
+    gate = ggml_cont_2d(ctx, gate, D * H, n);
+
+    q = rms_norm(ctx, q, L.q_norm, hp.rms_eps);
+    ggml_tensor * k = rms_norm(ctx, ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wk, x), D, Hkv, n), L.k_norm, hp.rms_eps);
+    ggml_tensor * v = ggml_mul_mat(ctx, L.wv, x);  // [D*Hkv, n]
+
+    // Text positions are equal in every M-RoPE section, but the sections are honoured so the
+    // rotation is the model's own (interleaved M-RoPE over the first n_rot dims of each head).
+    int sections[GGML_MROPE_SECTIONS];
+    std::copy(hp.rope_sections, hp.rope_sections + 4, sections);
+    const int mode = GGML_ROPE_TYPE_IMROPE;
+    q = ggml_rope_multi(ctx, q, fg.pos, nullptr, hp.n_rot, sections, mode, hp.n_ctx_train, hp.rope_freq_base, 1.0f,
+                        0.0f, 1.0f, 32.0f, 1.0f);
+    k = ggml_rope_multi(ctx, k, fg.pos, nullptr, hp.n_rot, sections, mode, hp.n_ctx_train, hp.rope_freq_base, 1.0f,
+                        0.0f, 1.0f, 32.0f, 1.0f);
+
+    // write this batch's K/V to its slots, then read the first n_kv slots back (views of the
+    // set_rows results, so the reads are ordered after the writes)
+    // (a view, not a reshape, between rope and set_rows: ggml-cuda fuses that triple)
+    ggml_tensor * k2d = ggml_view_2d(ctx, k, D * Hkv, n, k->nb[2], 0);
+    ggml_tensor * kc = ggml_set_rows(ctx, c.k[size_t(il)], k2d, fg.kv_idx);
+    ggml_tensor * vc = ggml_set_rows(ctx, c.v[size_t(il)], v, fg.kv_idx);
+    const size_t head_bytes = ggml_row_size(c.kv_type, D);
+    ggml_tensor * kv_k = ggml_view_3d(ctx, kc, D, s.n_kv, Hkv, c.k[size_t(il)]->nb[1], head_bytes, 0);
+    ggml_tensor * kv_v = ggml_view_3d(ctx, vc, D, s.n_kv, Hkv, c.v[size_t(il)]->nb[1], head_bytes, 0);
+
+    const float scale = 1.0f / std::sqrt(float(D));
+    ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n, H]
+    ggml_tensor * o;
+    if (flash) {
+        o = ggml_flash_attn_ext(ctx, qp, kv_k, kv_v, fg.mask, scale, 0.0f, 0.0f);  // [D, H, n]
+        o = ggml_reshape_2d(ctx, o, D * H, n);
+    } else {
+        ggml_tensor * kq = ggml_mul_mat(ctx, kv_k, qp);                             // [n_kv, n, H]
+        kq = ggml_soft_max_ext(ctx, kq, fg.mask, scale, 0.0f);
+        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, kv_v, 1, 0, 2, 3));  // [n_kv, D, Hkv]
+        o = ggml_mul_mat(ctx, vt, kq);                                          // [D, n, H]
+        o = ggml_cont_2d(ctx, ggml_permute(ctx, o, 0, 2, 1, 3), D * H, n);
+    }
+    o = ggml_mul(ctx, o, ggml_sigmoid(ctx, gate));
+    return ggml_mul_mat(ctx, L.wo, o);
+}
+
+ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
+    const TargetLayer & L = m.layers[size_t(il)];
+    const int64_t n = s.n_tokens, S = hp.head_v_dim, Hv = hp.n_v_heads;
+
+    ggml_tensor * qkv = ggml_mul_mat(ctx, L.wqkv, x);  // [C, n]
+    ggml_tensor * z = ggml_mul_mat(ctx, L.wz, x);      // [value_dim, n]
+    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_mul_mat(ctx, L.ssm_beta, x));  // [Hv, n]
+    ggml_tensor * alpha = ggml_mul_mat(ctx, L.ssm_alpha, x);
+    ggml_tensor * g = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.ssm_dt)), L.ssm_a);  // [Hv, n]
+
+    ggml_tensor * parents = nullptr;
+    if (s.tree) {
+        // commit replays the accepted path from these (see commit_graph.hpp)
+        const auto keep = [&](ggml_tensor * src, ggml_tensor * dst) {
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, src, ggml_view_2d(ctx, dst, src->ne[0], n, dst->nb[1], 0)));
+        };
+        keep(qkv, c.tree_qkv[size_t(il)]);
+        keep(g, c.tree_g[size_t(il)]);
+        keep(beta, c.tree_beta[size_t(il)]);
+        parents = fg.parents;
+    }
+    DeltaOut d = build_delta_core(ctx, hp, L, c.conv[size_t(il)], c.ssm[size_t(il)], qkv, g, beta, parents);
+    if (!s.tree) {
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, d.new_conv, c.conv[size_t(il)]));
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, d.new_state, c.ssm[size_t(il)]));
+    }
+    // gated RMS norm per value head, then the output projection
+    ggml_tensor * y = ggml_mul(ctx, ggml_rms_norm(ctx, d.y, hp.rms_eps), L.ssm_norm);
+    y = ggml_mul(ctx, y, ggml_silu(ctx, ggml_reshape_3d(ctx, z, S, Hv, n)));
+    return ggml_mul_mat(ctx, L.ssm_out, ggml_reshape_2d(ctx, y, S * Hv, n));
+}
+
+ggml_tensor * ForwardBuilder::ffn(int32_t il, ggml_tensor * x) {
+    const TargetLayer & L = m.layers[size_t(il)];
+    ggml_tensor * h = ggml_swiglu_split(ctx, ggml_mul_mat(ctx, L.ffn_gate, x), ggml_mul_mat(ctx, L.ffn_up, x));
+    return ggml_mul_mat(ctx, L.ffn_down, h);
+}
+
+void ForwardBuilder::build() {
+    const int64_t n = s.n_tokens;
+    fg.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+    fg.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 4 * n);
+    ggml_set_name(fg.tokens, "inp_tokens");
+    ggml_set_name(fg.pos, "inp_pos");
+    ggml_set_input(fg.tokens);
+    ggml_set_input(fg.pos);
+    if (hp.n_attn_layers() > 0) {
+        fg.kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
+        fg.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, n);
+        ggml_set_name(fg.kv_idx, "inp_kv_idx");
+        ggml_set_name(fg.mask, "inp_mask");
+        ggml_set_input(fg.kv_idx);
+        ggml_set_input(fg.mask);
+    }
+    if (s.tree) {
+        fg.parents = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+        ggml_set_name(fg.parents, "inp_parents");
+        ggml_set_input(fg.parents);
+    }
+
+    ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, fg.tokens);  // [n_embd, n] f32
+    for (int32_t il = 0; il < hp.n_layer; ++il) {
+        const TargetLayer & L = m.layers[size_t(il)];
+        ggml_tensor * h = rms_norm(ctx, x, L.attn_norm, hp.rms_eps);
+        h = L.recurrent ? delta_net(il, h) : attention(il, h);
+        x = ggml_add(ctx, x, h);
+        h = rms_norm(ctx, x, L.post_norm, hp.rms_eps);
+        x = ggml_add(ctx, x, ffn(il, h));
+
+        for (size_t j = 0; j < c.capture_layers.size(); ++j) {
+            if (c.capture_layers[j] != il) continue;
+            ggml_tensor * dst = c.capture[j];
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, x, ggml_view_2d(ctx, dst, dst->ne[0], n, dst->nb[1], 0)));
+        }
+    }
+    if (!s.all_rows) {
+        x = ggml_view_2d(ctx, x, x->ne[0], 1, x->nb[1], size_t(n - 1) * x->nb[1]);
+    }
+    fg.n_out = s.all_rows ? int32_t(n) : 1;
+    x = rms_norm(ctx, x, m.output_norm, hp.rms_eps);
+    fg.logits = ggml_mul_mat(ctx, m.output, x);  // [n_vocab, n_out]
+    fg.argmax = ggml_argmax(ctx, fg.logits);
+    ggml_set_name(fg.logits, "out_logits");
+    ggml_set_name(fg.argmax, "out_argmax");
+    ggml_set_output(fg.logits);
+    ggml_set_output(fg.argmax);
+    ggml_build_forward_expand(gf, fg.argmax);
+}
+
+}  // namespace
+
+std::unique_ptr<ForwardGraph> build_forward(const TargetModel & m, const TargetCache & c, const ForwardShape & s,
+                                            bool flash) {
+    auto fg = std::make_unique<ForwardGraph>(graph_max_nodes(m.hp.n_layer));
+    fg->shape = s;
+    ForwardBuilder b{m, m.hp, c, s, flash, *fg, fg->meta.ctx, fg->meta.gf};
+    b.build();
+    return fg;
+}
+
+}  // namespace lb

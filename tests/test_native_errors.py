@@ -1,0 +1,203 @@
+"""Every bad input to the native engine fails with its own status and a one-line message (no abort).
+
+Broken GGUFs are made by patching the tiny F32 file's header bytes in place, so each file differs
+from a good one in exactly the way the test names.
+"""
+from __future__ import annotations
+
+import os
+import struct
+from contextlib import closing
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lucebox._native import Handle, NativeError
+
+DEVICE = 0 if os.environ.get("LUCEBOX_TEST_BACKEND") == "cuda" else -1
+
+E_INVALID_ARG, E_IO, E_FORMAT, E_UNSUPPORTED, E_CONTEXT, E_STATE = -1, -2, -3, -4, -6, -9
+GGML_TYPE_I32 = 26
+
+
+def load_error(path, **kw) -> NativeError:
+    kw.setdefault("device", DEVICE)
+    with pytest.raises(NativeError) as info:
+        Handle(path, **kw)
+    err = info.value
+    assert "\n" not in str(err) and str(err)
+    return err
+
+
+def patched(src: Path, dst: Path, edit) -> Path:
+    data = bytearray(src.read_bytes())
+    edit(data)
+    dst.write_bytes(bytes(data))
+    return dst
+
+
+def tensor_info_at(data: bytearray, name: str) -> int:
+    """Offset of the ggml type field in `name`'s GGUF tensor info (after name, n_dims, dims)."""
+    key = struct.pack("<Q", len(name)) + name.encode()
+    at = data.find(key)
+    assert at > 0, name
+    pos = at + len(key)
+    n_dims = struct.unpack_from("<I", data, pos)[0]
+    return pos + 4 + 8 * n_dims
+
+
+@pytest.fixture(scope="module")
+def good(tiny_gguf) -> Path:
+    return tiny_gguf["f32"]
+
+
+@pytest.fixture
+def handle(good):
+    with closing(Handle(good, max_ctx=64, max_tree=8, device=DEVICE)) as h:
+        yield h
+
+
+# --- loading ---------------------------------------------------------------------------------
+
+def test_missing_file(tmp_path):
+    err = load_error(tmp_path / "nope.gguf")
+    assert err.status == E_IO and "nope.gguf" in str(err)
+
+
+def test_not_a_gguf(tmp_path):
+    path = tmp_path / "notes.gguf"
+    path.write_text("just some text, not a model\n")
+    err = load_error(path)
+    assert err.status == E_FORMAT and "not a GGUF" in str(err)
+
+
+def test_truncated_gguf(good, tmp_path):
+    data = good.read_bytes()
+    path = tmp_path / "cut.gguf"
+    path.write_bytes(data[: len(data) * 2 // 3])
+    err = load_error(path)
+    assert err.status == E_FORMAT and "truncated" in str(err)
+
+
+def test_truncated_header(good, tmp_path):
+    path = tmp_path / "stub.gguf"
+    path.write_bytes(good.read_bytes()[:100])
+    err = load_error(path)
+    assert err.status == E_FORMAT
+
+
+def test_wrong_architecture(good, tmp_path):
+    # same-length rename of the arch string and of every "qwen35." key: a well-formed GGUF of another arch
+    path = patched(good, tmp_path / "arch.gguf", lambda d: d.__setitem__(slice(None), d.replace(b"qwen35", b"qwen99")))
+    err = load_error(path)
+    assert err.status == E_UNSUPPORTED and "qwen99" in str(err)
+
+
+def test_missing_tensor(good, tmp_path):
+    name = b"blk.3.attn_k.weight"
+    path = patched(good, tmp_path / "missing.gguf",
+                   lambda d: d.__setitem__(slice(None), d.replace(name, b"blk.3.attn_k.weighX")))
+    err = load_error(path)
+    assert err.status == E_FORMAT and "blk.3.attn_k.weight" in str(err)
+
+
+def test_unsupported_tensor_type(good, tmp_path):
+    # F32 -> I32 keeps every size and offset valid; lucebox cannot multiply by an integer matrix
+    def edit(d):
+        at = tensor_info_at(d, "blk.0.ffn_up.weight")
+        assert struct.unpack_from("<I", d, at)[0] == 0
+        struct.pack_into("<I", d, at, GGML_TYPE_I32)
+
+    err = load_error(patched(good, tmp_path / "i32.gguf", edit))
+    assert err.status == E_UNSUPPORTED and "blk.0.ffn_up.weight" in str(err)
+
+
+def test_bad_params(good):
+    err = load_error(good, max_tree=0)
+    assert err.status == E_INVALID_ARG and "max_tree" in str(err)
+    err = load_error(good, max_ctx=0)
+    assert err.status == E_INVALID_ARG and "max_ctx" in str(err)
+
+
+def test_missing_draft_folder(good, tmp_path):
+    err = load_error(good, draft_path=str(tmp_path / "no-draft"))
+    assert err.status == E_IO and "no-draft" in str(err)
+
+
+def test_draft_without_draft(handle):
+    ids, logp = np.zeros((15, 4), dtype=np.int32), np.zeros((15, 4), dtype=np.float32)
+    with pytest.raises(NativeError) as info:
+        handle.draft(1, ids, logp)
+    assert info.value.status == E_STATE and "draft" in str(info.value)
+
+
+# --- calls -----------------------------------------------------------------------------------
+
+def test_prompt_beyond_max_ctx(handle):
+    with pytest.raises(NativeError) as info:
+        handle.prefill(np.zeros(65, dtype=np.int32))
+    assert info.value.status == E_CONTEXT and "max_ctx" in str(info.value)
+    assert handle.info()["n_past"] == 0  # nothing was fed
+    handle.prefill(np.zeros(60, dtype=np.int32))
+    with pytest.raises(NativeError) as info:
+        handle.verify(np.zeros(5, dtype=np.int32), np.arange(-1, 4, dtype=np.int32), np.zeros(5, dtype=np.int32))
+    assert info.value.status == E_CONTEXT
+    for _ in range(4):
+        handle.step(1)
+    with pytest.raises(NativeError) as info:
+        handle.step(1)
+    assert info.value.status == E_CONTEXT
+
+
+def test_token_outside_vocab(handle):
+    n_vocab = handle.info()["n_vocab"]
+    for bad in (-1, n_vocab):
+        with pytest.raises(NativeError) as info:
+            handle.prefill(np.array([1, bad], dtype=np.int32))
+        assert info.value.status == E_INVALID_ARG and "vocabulary" in str(info.value)
+
+
+@pytest.mark.parametrize("parents", [[0, 0], [-1, 1], [-1, 2, 0], [-1, -1], [-1, 0, 0, 0, 0, 0, 0, 0, 0]])
+def test_invalid_tree(handle, parents):
+    handle.prefill(np.array([1, 2, 3], dtype=np.int32))
+    n = len(parents)
+    with pytest.raises(NativeError) as info:
+        handle.verify(np.ones(n, dtype=np.int32), np.array(parents, dtype=np.int32), np.zeros(n, dtype=np.int32))
+    assert info.value.status == E_INVALID_ARG
+
+
+def test_commit_without_verify(handle):
+    handle.prefill(np.array([1, 2, 3], dtype=np.int32))
+    with pytest.raises(NativeError) as info:
+        handle.commit(np.array([0], dtype=np.int32))
+    assert info.value.status == E_STATE and "lb_verify" in str(info.value)
+
+
+def test_commit_checks_path_and_is_single_use(handle):
+    handle.prefill(np.array([1, 2, 3], dtype=np.int32))
+    toks, parents = np.array([4, 5, 6], dtype=np.int32), np.array([-1, 0, 0], dtype=np.int32)
+    handle.verify(toks, parents, np.zeros(3, dtype=np.int32))
+    for bad in ([1], [0, 1, 2], [0, 3], [0, 0]):
+        with pytest.raises(NativeError) as info:
+            handle.commit(np.array(bad, dtype=np.int32))
+        assert info.value.status == E_INVALID_ARG
+    handle.commit(np.array([0, 2], dtype=np.int32))
+    assert handle.info()["n_past"] == 5
+    with pytest.raises(NativeError) as info:
+        handle.commit(np.array([0], dtype=np.int32))
+    assert info.value.status == E_STATE
+
+
+def test_logits_buffer_too_small(handle):
+    small = np.zeros(handle.info()["n_vocab"], dtype=np.float32)
+    with pytest.raises(NativeError) as info:
+        handle.prefill(np.array([1, 2], dtype=np.int32), small)
+    assert info.value.status == E_INVALID_ARG and "logits" in str(info.value)
+
+
+def test_engine_still_works_after_errors(handle):
+    with pytest.raises(NativeError):
+        handle.prefill(np.array([-5], dtype=np.int32))
+    nxt = handle.prefill(np.array([1, 2, 3], dtype=np.int32))
+    assert 0 <= nxt < handle.info()["n_vocab"]

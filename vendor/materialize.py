@@ -158,15 +158,17 @@ def apply_patches(ggml_dir: Path) -> None:
 
 def materialize(sdist_arg: str | None, dest: Path, with_llama: bool, force: bool) -> Path:
     stamp_file = dest / "stamp.json"
-    sdist = find_or_download_sdist(sdist_arg)
-    sdist_sha = sha256_of(sdist)
-    if sdist_sha != SDIST_SHA256:
-        fail(f"{sdist} has sha256 {sdist_sha}, expected {SDIST_SHA256}: wrong or corrupt download; delete it")
-    want = stamp_for(sdist_sha, with_llama)
+    # The stamp records the pinned hash, so an up-to-date tree needs no sdist: this is what lets a
+    # carried vendor/src serve an offline machine.
+    want = stamp_for(SDIST_SHA256, with_llama)
     if not force and stamp_file.is_file():
         have = json.loads(stamp_file.read_text())
         if have == want or (not with_llama and ggml_part(have) == want):
             return dest
+    sdist = find_or_download_sdist(sdist_arg)
+    sdist_sha = sha256_of(sdist)
+    if sdist_sha != SDIST_SHA256:
+        fail(f"{sdist} has sha256 {sdist_sha}, expected {SDIST_SHA256}: wrong or corrupt download; delete it")
     tmp = Path(tempfile.mkdtemp(prefix="materialize-", dir=dest.parent if dest.parent.exists() else None))
     try:
         extract(sdist, tmp, with_llama)

@@ -12,11 +12,7 @@ T="$WORK/synth-27b-q4_k_m.gguf"; D="$WORK/synth-27b-dflash"
 
 log() { echo "== $(date +%T) $*"; }
 
-if [ ! -f "$T" ]; then
-    log "generate synthetic 27B target + draft"
-    python3 benchmarks/synth_target.py --out "$T" --seed 1 >"$OUT/synth.log" 2>&1 || tail "$OUT/synth.log"
-    python3 benchmarks/synth_draft.py --out "$D" --seed 1 >>"$OUT/synth.log" 2>&1 || tail "$OUT/synth.log"
-fi
+[ -f "$T" ] || bash benchmarks/device/synth.sh "$WORK" >"$OUT/synth.log" 2>&1 || tail "$OUT/synth.log"
 
 log "copy bandwidth"
 COPY_GBS=$(python3 - <<'PY'
@@ -36,11 +32,11 @@ PY
 echo "copy bandwidth (read + write): $COPY_GBS GB/s" | tee "$OUT/copy_bw.txt"
 
 log "llama.cpp llama-bench tg128 (same pin, same ggml build)"
-LB="$BUILD/bin/llama-bench"
+LB="$(find "$BUILD" -name llama-bench -type f -perm -u+x | head -1)"
 "$LB" -m "$T" -ngl 99 -p 0 -n 128 -r 3 -fa 0,1 -o md 2>"$OUT/llama_bench.err" | tee "$OUT/llama_bench.md"
 
 log "lucebox AR + speculative step timings"
-python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192,32768 --n-gen 128 \
+python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192,32768 --n-gen 128 --steps 10 \
     --copy-gbs "$COPY_GBS" --json "$OUT/step_bench.json" 2>&1 | tee "$OUT/step_bench.md"
 
 log "tree ops"

@@ -82,7 +82,11 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backe
     m->meta_append_.resize(arena);
     m->meta_propose_.resize(arena);
     using Attention = DraftOptions::Attention;
-    m->use_flash_ = opt.attention == Attention::flash || (opt.attention == Attention::automatic && m->flash_supported());
+    m->use_flash_ = opt.attention != Attention::plain && m->flash_supported();
+    if (opt.attention == Attention::flash && !m->use_flash_) {
+        throw Error(LB_E_UNSUPPORTED, std::string("draft: ") + ggml_backend_name(backend) +
+                                          " has no flash-attention kernel for head_dim " + std::to_string(c.head_dim));
+    }
     m->galloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
     if (!m->galloc_) throw Error(LB_E_OOM, "draft: cannot create the graph allocator");
     return m;

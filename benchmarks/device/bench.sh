@@ -12,7 +12,7 @@ T="$WORK/synth-27b-q4_k_m.gguf"; D="$WORK/synth-27b-dflash"
 
 log() { echo "== $(date +%T) $*"; }
 
-[ -f "$T" ] || bash benchmarks/device/synth.sh "$WORK" >"$OUT/synth.log" 2>&1 || tail "$OUT/synth.log"
+[ -f "$T" ] || bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 || tail "$WORK/synth.log"
 
 log "copy bandwidth"
 COPY_GBS=$(python3 - <<'PY'
@@ -29,21 +29,21 @@ ts.sort()
 print(f"{2 * a.numel() * 4 / ts[len(ts) // 2] / 1e9:.0f}")
 PY
 )
-echo "copy bandwidth (read + write): $COPY_GBS GB/s" | tee "$OUT/copy_bw.txt"
+echo "copy bandwidth (read + write): $COPY_GBS GB/s" | cat
 
 log "llama.cpp llama-bench tg128 (same pin, same ggml build)"
 LB="$(find "$BUILD" -name llama-bench -type f -perm -u+x | head -1)"
-"$LB" -m "$T" -ngl 99 -p 0 -n 128 -r 3 -fa 0,1 -o md 2>"$OUT/llama_bench.err" | tee "$OUT/llama_bench.md"
+"$LB" -m "$T" -ngl 99 -p 0 -n 128 -r 3 -fa 0,1 -o md 2>"$WORK/llama_bench.err"
 
 log "lucebox AR + speculative step timings"
 python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192,32768 --n-gen 128 --steps 10 \
-    --copy-gbs "$COPY_GBS" --json "$OUT/step_bench.json" 2>&1 | tee "$OUT/step_bench.md"
+    --copy-gbs "$COPY_GBS" --json "$OUT/step_bench.json" 2>&1
 
 log "tree ops"
-"$BUILD/tree_ops_check" bench --backend cuda 2>&1 | tee "$OUT/tree_ops.md"
+"$BUILD/tree_ops_check" bench --backend cuda 2>&1
 
 if [ -f lucebox/models/default/target.gguf ]; then
     log "embedded default pair: AR vs chain vs DDTree"
     python3 -m lucebox bench --device cuda --n-gen 128 --modes ar,chain,ddtree \
-        --json "$OUT/tiny_pair.json" 2>&1 | tee "$OUT/tiny_pair.md"
+        --json "$OUT/tiny_pair.json" 2>&1
 fi

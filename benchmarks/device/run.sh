@@ -2,7 +2,7 @@
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: build test bench all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
-# gguf, dflash, transformers) with the call. Results and logs go under $OUT.
+# gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 cd "$ROOT"
@@ -44,7 +44,7 @@ stage_test() {
     export LUCEBOX_LIB="$BUILD/liblucebox.so" LUCEBOX_TOOLS_DIR="$BUILD" LUCEBOX_TEST_BACKEND=cuda
     # the native modules: tree ops, target oracle/lossless tests, errors, draft parity
     timeout "${LUCEBOX_TEST_TIMEOUT:-240}" python3 -m pytest -q tests/test_tree_ops.py tests/test_target.py \
-        tests/test_native_errors.py tests/test_draft.py ${LUCEBOX_DEVICE_TESTS:-} 2>&1 | tee "$OUT/tests.log" | tail -25
+        tests/test_native_errors.py tests/test_draft.py ${LUCEBOX_DEVICE_TESTS:-} 2>&1 | tee "$OUT/tests.log" | grep -E "FAILED|ERROR|passed|failed"
 }
 
 stage_bench() {
@@ -54,7 +54,7 @@ stage_bench() {
 }
 
 setup_python
-nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(all)
 rc=0
@@ -62,7 +62,7 @@ for s in "${stages[@]}"; do
     case "$s" in
         all)
             # the synthetic 27B files are written while the CUDA code compiles
-            bash benchmarks/device/synth.sh "$WORK" >"$OUT/synth.log" 2>&1 &
+            bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 &
             synth_pid=$!
             stage_build || rc=1
             wait $synth_pid

@@ -1,0 +1,332 @@
+"""`lucebox run | chat | bench | pull`: the command line.
+
+Only click is imported up front; numpy, the native library and huggingface_hub load inside the
+commands, so `lucebox --help` is instant. Errors leave as one line on stderr and a non-zero exit
+(set LUCEBOX_DEBUG=1 for the traceback).
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import threading
+from contextlib import contextmanager
+
+import click
+
+from . import __version__
+from .config import DEFAULT_BUDGET, DEFAULT_TOP_K, KV_TYPES, MAX_TREE
+
+PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
+PREFILL_CHUNK = 512
+CTX_ROUND = 256
+
+
+def _friendly_errors(fn):
+    """Turn the errors a user can cause into `Error: <one line>` and exit status 1."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from .hub import HubError
+
+        try:
+            return fn(*args, **kwargs)
+        except (click.ClickException, click.exceptions.Exit, click.Abort):
+            raise
+        except ModuleNotFoundError as e:
+            if os.environ.get("LUCEBOX_DEBUG") or not e.name:
+                raise
+            raise click.ClickException(f"the Python package {e.name!r} is missing; "
+                                       "reinstall lucebox (`pip install .`) to get its dependencies") from None
+        except (FileNotFoundError, ValueError, HubError, RuntimeError, OSError) as e:
+            if os.environ.get("LUCEBOX_DEBUG"):
+                raise
+            raise click.ClickException(" ".join(str(e).split()) or type(e).__name__) from None
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, message="lucebox %(version)s")
+def main():
+    """Fast local LLM inference: Qwen3.5 GGUF target + DFlash draft + DDTree verification.
+
+    With no model named, commands use $LUCEBOX_TARGET / $LUCEBOX_DRAFT, then the model fetched by
+    `lucebox pull`, then the small pair embedded in the package.
+    """
+
+
+# --- shared options ------------------------------------------------------------------------
+def _model_options(max_ctx_help: str):
+    def decorate(fn):
+        options = [
+            click.option("--target", type=click.Path(dir_okay=False),
+                         help="Target GGUF (else $LUCEBOX_TARGET, the pulled model, the embedded default)."),
+            click.option("--draft", type=click.Path(), help="DFlash draft folder (else $LUCEBOX_DRAFT or the pulled draft)."),
+            click.option("--no-draft", is_flag=True, help="Load no draft (AR decoding only)."),
+            click.option("--max-ctx", type=click.IntRange(min=16), default=None, help=max_ctx_help),
+            click.option("--kv", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache type."),
+            click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+            click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all)."),
+        ]
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
+def _decode_options(n_gen_default: int):
+    def decorate(fn):
+        options = [
+            click.option("-n", "--n-gen", type=click.IntRange(min=1), default=n_gen_default, show_default=True,
+                         help="Most tokens to generate."),
+            click.option("--mode", type=click.Choice(["ar", "chain", "ddtree"]), default=None,
+                         help="Decoding: ddtree when a draft is loaded, else ar."),
+            click.option("--budget", type=click.IntRange(min=1), default=DEFAULT_BUDGET, show_default=True,
+                         help="DDTree draft nodes per step."),
+            click.option("--top-k", type=click.IntRange(min=1), default=DEFAULT_TOP_K, show_default=True,
+                         help="Draft candidates per block position."),
+            click.option("--system", default=None, help="System message (chat template)."),
+        ]
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
+# --- helpers -------------------------------------------------------------------------------
+def _resolve(target, draft, no_draft, mode):
+    from .defaults import DRAFT_ENV, resolve
+
+    # AR needs no draft: skip loading it (memory, time), unless asked for explicitly
+    use_draft = not no_draft and (mode != "ar" or draft is not None)
+    models = resolve(target, draft, use_draft=use_draft)
+    if mode in ("chain", "ddtree") and models.draft is None:
+        raise ValueError(f"--mode {mode} needs a draft: pass --draft DIR (or set ${DRAFT_ENV})"
+                         + (" and drop --no-draft" if no_draft else ""))
+    return models
+
+
+def _load_tokenizer(models):
+    from .tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(models.target)
+
+
+def _fit_ctx(n_tokens: int, n_gen: int) -> int:
+    need = n_tokens + n_gen + MAX_TREE
+    return max(CTX_ROUND, -(-need // CTX_ROUND) * CTX_ROUND)
+
+
+@contextmanager
+def _spinner(desc: str):
+    """An elapsed-time line on a terminal while a blocking native call runs (it releases the GIL)."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=None, desc=desc, bar_format="{desc} {elapsed}", disable=None, file=sys.stderr, leave=False)
+    done = threading.Event()
+
+    def tick():
+        while not done.wait(0.25):
+            bar.refresh()
+
+    thread = threading.Thread(target=tick, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        done.set()
+        thread.join()
+        bar.close()
+
+
+def _load_engine(models, tokenizer, *, max_ctx, kv, device, threads):
+    from .engine import Engine
+
+    size_gb = models.target.stat().st_size / 1e9
+    what = models.target.name + (f" + {models.draft.name}" if models.draft else "")
+    with _spinner(f"loading {what} ({size_gb:.1f} GB)"):
+        return Engine(models.target, draft=models.draft, max_ctx=max_ctx, kv=kv, device=device,
+                      n_threads=threads, tokenizer=tokenizer)
+
+
+def _prefill_with_progress(engine, ids: list[int]) -> float:
+    """Prefill a long prompt chunk by chunk under a progress bar; returns the seconds spent.
+
+    The engine reuses a cached prefix, so the generation that follows prefills nothing again.
+    """
+    from tqdm import tqdm
+
+    if len(ids) < PREFILL_BAR_MIN or not sys.stderr.isatty():
+        return 0.0
+    spent = 0.0
+    with tqdm(total=len(ids), desc="prefill", unit="tok", file=sys.stderr, leave=False) as bar:
+        for end in range(PREFILL_CHUNK, len(ids) + PREFILL_CHUNK, PREFILL_CHUNK):
+            end = min(end, len(ids))
+            engine.generate(ids[:end], 1, mode="ar", ignore_eos=True)
+            spent += engine.last_stats.prefill_s
+            bar.update(end - bar.n)
+    return spent
+
+
+def _encode_prompt(tokenizer, text: str, system: str | None, raw: bool) -> list[int]:
+    if raw:
+        if system:
+            raise ValueError("--system needs the chat template; drop --raw")
+        return tokenizer.encode(text)
+    if not tokenizer.chat_template:
+        raise ValueError("this GGUF has no chat template; pass --raw to send the prompt as is")
+    messages = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": text}]
+    return tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+
+
+def _read_prompt(prompt, prompt_file) -> str:
+    if prompt is not None and prompt_file is not None:
+        raise click.UsageError("give --prompt or --prompt-file, not both")
+    if prompt_file is not None:
+        try:
+            with open(prompt_file, encoding="utf-8") as f:
+                return f.read()
+        except (OSError, UnicodeDecodeError) as e:
+            raise click.ClickException(f"cannot read prompt file {prompt_file}: "
+                                       f"{getattr(e, 'strerror', None) or e}") from None
+    if prompt is not None:
+        return prompt
+    if sys.stdin is None or sys.stdin.isatty():
+        raise click.UsageError("no prompt: pass --prompt TEXT, --prompt-file FILE, or pipe text on stdin")
+    text = sys.stdin.read()
+    if not text.strip():
+        raise click.UsageError("the prompt read from stdin is empty")
+    return text
+
+
+# --- commands ------------------------------------------------------------------------------
+@main.command()
+@click.option("-p", "--prompt", default=None, help="Prompt text (else --prompt-file, else stdin).")
+@click.option("--prompt-file", type=click.Path(dir_okay=False), default=None, help="Read the prompt from a file.")
+@_decode_options(n_gen_default=256)
+@click.option("--raw", is_flag=True, help="Send the prompt as is, without the chat template.")
+@click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-sequence.")
+@click.option("--stats", is_flag=True, help="Print AL, decode tok/s and prefill time to stderr.")
+@_model_options("Context tokens (default: fit the prompt + n_gen).")
+@_friendly_errors
+def run(prompt, prompt_file, n_gen, mode, budget, top_k, system, raw, ignore_eos, stats,
+        target, draft, no_draft, max_ctx, kv, device, threads):
+    """Generate a reply to one prompt, streaming text as tokens commit."""
+    text = _read_prompt(prompt, prompt_file)
+    models = _resolve(target, draft, no_draft, mode)
+    tokenizer = _load_tokenizer(models)
+    ids = _encode_prompt(tokenizer, text, system, raw)
+    if max_ctx is None:
+        max_ctx = _fit_ctx(len(ids), n_gen)
+    elif len(ids) >= max_ctx:
+        raise ValueError(f"prompt of {len(ids)} tokens does not fit --max-ctx {max_ctx}; "
+                         "raise --max-ctx or shorten the prompt")
+    with _load_engine(models, tokenizer, max_ctx=max_ctx, kv=kv, device=device, threads=threads) as engine:
+        prefill_s = _prefill_with_progress(engine, ids)
+        last = ""
+        for piece in engine.stream(ids, n_gen, mode=mode or "auto", budget=budget, top_k=top_k,
+                                   ignore_eos=ignore_eos):
+            sys.stdout.write(piece)
+            sys.stdout.flush()
+            last = piece or last
+        if not last.endswith("\n"):
+            sys.stdout.write("\n")
+        sys.stdout.flush()
+        gen = engine.last_generation
+        if gen.finish_reason == "context":
+            click.echo(f"warning: the context is full after {len(gen.tokens)} new tokens "
+                       f"(max_ctx {engine.info['max_ctx']}); raise --max-ctx for longer replies", err=True)
+        if stats:
+            s = gen.stats
+            if prefill_s:
+                s.prefill_s += prefill_s
+                s.prompt_tokens = len(ids)
+            click.echo(f"[{s.summary()}; finish: {gen.finish_reason}]", err=True)
+
+
+@main.command()
+@_decode_options(n_gen_default=1024)
+@click.option("--ignore-eos", is_flag=True, hidden=True, help="Replies always run to --n-gen (tests, demos).")
+@_model_options("Context tokens for the whole conversation.")
+@_friendly_errors
+def chat(n_gen, mode, budget, top_k, system, ignore_eos, target, draft, no_draft, max_ctx, kv, device, threads):
+    """Multi-turn chat (/reset, /stats; Ctrl+C stops a reply, Ctrl+D exits)."""
+    from .chat import HELP, ChatSession, repl
+
+    models = _resolve(target, draft, no_draft, mode)
+    tokenizer = _load_tokenizer(models)
+    if not tokenizer.chat_template:
+        raise ValueError(f"{models.target.name} has no chat template, which chat needs; use `lucebox run --raw`")
+    with _load_engine(models, tokenizer, max_ctx=max_ctx or 8192, kv=kv, device=device,
+                      threads=threads) as engine:
+        session = ChatSession(engine, system=system, max_new_tokens=n_gen, mode=mode or "auto",
+                              budget=budget, top_k=top_k, ignore_eos=ignore_eos)
+        used = mode or ("ddtree" if engine.has_draft else "ar")
+        banner = f"lucebox chat: {models.target.name}, {used}, context {engine.info['max_ctx']}. {HELP}"
+        repl(session, banner=banner)
+
+
+@main.command()
+@click.option("--prompts", "prompt_files", multiple=True, type=click.Path(dir_okay=False),
+              help="JSONL suite (chat messages per line); repeatable. Default: HumanEval, Math500, GSM8K.")
+@click.option("--n-prompts", type=click.IntRange(min=1), default=10, show_default=True, help="Prompts per suite.")
+@click.option("-n", "--n-gen", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("--budgets", default=str(DEFAULT_BUDGET), show_default=True,
+              help="DDTree budgets, comma-separated (a sweep: 1,8,16,22,32).")
+@click.option("--chain", "with_chain", is_flag=True, help="Also run chain mode (linear verify) per budget.")
+@click.option("--top-k", type=click.IntRange(min=1), default=DEFAULT_TOP_K, show_default=True)
+@click.option("--stop-at-eos", is_flag=True, help="End a run at end-of-sequence (default: always n_gen tokens).")
+@click.option("--json", "json_path", type=click.Path(dir_okay=False), default="lucebox-bench.json",
+              show_default=True, help="Where to save the results.")
+@_model_options("Context tokens (default: fit the longest prompt + n_gen).")
+@_friendly_errors
+def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, top_k, stop_at_eos, json_path,
+          target, draft, no_draft, max_ctx, kv, device, threads):
+    """Benchmark AR vs DFlash + DDTree: markdown table on stdout, JSON saved."""
+    from . import bench as B
+
+    budget_list = B.parse_budgets(budgets)
+    suites = [B.load_suite(p, n_prompts) for p in (prompt_files or B.default_prompt_files())]
+    models = _resolve(target, draft, no_draft, "ddtree")
+    if models.draft is None:
+        raise ValueError("bench compares AR with speculative decoding and needs a draft: "
+                         "pass --draft, set $LUCEBOX_DRAFT or run `lucebox pull`")
+    tokenizer = _load_tokenizer(models)
+    longest = max(len(B.encode(tokenizer, p)) for s in suites for p in s.prompts)
+    if max_ctx is None:
+        max_ctx = _fit_ctx(longest, n_gen)
+    elif longest >= max_ctx:
+        raise ValueError(f"the longest prompt has {longest} tokens and does not fit --max-ctx {max_ctx}")
+    specs = [B.RunSpec("ddtree", b) for b in budget_list]
+    if with_chain:
+        specs += [B.RunSpec("chain", b) for b in budget_list]
+    with _load_engine(models, tokenizer, max_ctx=max_ctx, kv=kv, device=device, threads=threads) as engine:
+        result = B.run(engine, suites, specs, n_gen=n_gen, top_k=top_k, ignore_eos=not stop_at_eos)
+        device_used = "cpu" if engine.info["device"] < 0 else f"cuda:{engine.info['device']}"
+        result = B.stamp(result, target=str(models.target), draft=str(models.draft),
+                         max_ctx=engine.info["max_ctx"], kv=kv, device=device_used)
+    B.save_json(result, json_path)
+    click.echo(B.to_markdown(result))
+    click.echo(f"saved {json_path}", err=True)
+
+
+@main.command()
+@click.argument("model", required=False, default=None)
+@click.argument("file", required=False, default=None)
+@click.option("--draft-repo", default=None, help="DFlash draft repo to fetch with a REPO FILE target.")
+@_friendly_errors
+def pull(model, file, draft_repo):
+    """Download a target GGUF and its draft into the Hugging Face cache.
+
+    MODEL is qwen3.5-27b (default) or qwen3.6-27b, or give REPO FILE for any GGUF on the Hub.
+    Gated repos need their terms accepted on huggingface.co and HF_TOKEN set.
+    """
+    from . import hub
+
+    spec = hub.spec_for(model or hub.DEFAULT_MODEL, file, draft_repo)
+    click.echo(f"pulling {spec.target_repo}/{spec.target_file}"
+               + (f" and {spec.draft_repo}" if spec.draft_repo else ""), err=True)
+    files = hub.pull(spec)
+    click.echo(f"target: {files.target}")
+    if files.draft is not None:
+        click.echo(f"draft:  {files.draft}")
+    click.echo("run / chat / bench now use these by default", err=True)

@@ -1,0 +1,128 @@
+"""lucebox.bench: prompt suites, the table and the JSON, and a run on the tiny models."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from lucebox import bench
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_shipped_suites_are_the_public_ten_prompt_sets():
+    files = bench.default_prompt_files()
+    assert [f.parent for f in files] == [ROOT / "benchmarks" / "prompts"] * 3
+    suites = [bench.load_suite(f) for f in files]
+    assert [s.name for s in suites] == ["HumanEval", "Math500", "GSM8K"]
+    for suite in suites:
+        assert len(suite.prompts) == 10
+        assert all(p[-1]["role"] == "user" and p[-1]["content"].strip() for p in suite.prompts)
+    assert len(bench.load_suite(files[0], limit=3).prompts) == 3
+
+
+def test_suite_file_errors_name_file_and_line(tmp_path):
+    f = tmp_path / "mine.jsonl"
+    f.write_text('{"prompt": "raw text"}\n\n{"messages": [{"role": "user"}]}\n')
+    with pytest.raises(ValueError, match=rf"{f}:3: expected"):
+        bench.load_suite(f)
+    f.write_text('{"prompt": "raw text"}\n{"messages": [{"role": "user", "content": "hi"}], "suite": "gsm"}\n')
+    suite = bench.load_suite(f)
+    assert suite.prompts == ["raw text", [{"role": "user", "content": "hi"}]]
+    assert suite.name == "GSM8K"  # from the suite field when the file name says nothing
+    f.write_text("\n")
+    with pytest.raises(ValueError, match="holds no prompts"):
+        bench.load_suite(f)
+    with pytest.raises(FileNotFoundError, match="cannot read prompt file"):
+        bench.load_suite(tmp_path / "absent.jsonl")
+
+
+def test_parse_budgets():
+    assert bench.parse_budgets("1,8, 16,22,32") == [1, 8, 16, 22, 32]
+    for bad in ("", "0", "8,x", "-1"):
+        with pytest.raises(ValueError):
+            bench.parse_budgets(bad)
+
+
+def _fake_result(runs_per_suite):
+    def agg(tok_s, al):
+        return {"tok_s": tok_s, "al": al, "new_tokens": 10, "decode_s": 10 / tok_s}
+    suites = []
+    for name, ar_tok_s in (("HumanEval", 10.0), ("GSM8K", 20.0)):
+        runs = [dict(agg(ar_tok_s * (i + 2), 3.0 + i), mode=m, budget=b, speedup=float(i + 2),
+                     identical=2) for i, (m, b) in enumerate(runs_per_suite)]
+        suites.append({"name": name, "n_prompts": 2, "ar": agg(ar_tok_s, 1.0), "runs": runs})
+    return {"suites": suites}
+
+
+def test_markdown_public_layout_and_sweep_layout():
+    table = bench.to_markdown(_fake_result([("ddtree", 22)])).splitlines()
+    assert table[0] == "| Suite | AR tok/s | DFlash+DDTree tok/s | AL | Speedup |"
+    assert table[2] == "| HumanEval | 10.0 | 20.0 | 3.00 | 2.00x |"
+    assert len(table) == 4
+    sweep = bench.to_markdown(_fake_result([("ddtree", 8), ("ddtree", 16), ("chain", 8)])).splitlines()
+    assert sweep[0] == "| Suite | Mode | Budget | tok/s | AL | Speedup |"
+    assert len(sweep) == 2 + 2 * 4
+    assert "| GSM8K | DFlash chain | 8 | 80.0 | 5.00 | 4.00x |" in sweep
+
+
+def test_markdown_warns_when_speculative_output_differs():
+    result = _fake_result([("ddtree", 22)])
+    result["suites"][1]["runs"][0]["identical"] = 1
+    assert "1 speculative run(s) produced tokens different from AR" in bench.to_markdown(result)
+
+
+def test_save_json_round_trips(tmp_path):
+    result = bench.stamp(_fake_result([("ddtree", 22)]), target="t.gguf")
+    path = tmp_path / "sub" / "out.json"
+    bench.save_json(result, path)
+    loaded = json.loads(path.read_text())
+    assert loaded["meta"]["target"] == "t.gguf" and loaded["meta"]["lucebox"]
+    assert loaded["suites"] == result["suites"]
+
+
+# --- on the tiny models ----------------------------------------------------------------------
+def test_bench_cli_on_tiny_models(tiny_pair, tmp_path):
+    from click.testing import CliRunner
+
+    from lucebox.cli import main
+
+    out = tmp_path / "bench.json"
+    result = CliRunner().invoke(main, ["bench", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]),
+                                       "--device", "cpu", "--n-prompts", "2", "-n", "16", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    table = result.stdout.strip().splitlines()
+    assert table[0] == "| Suite | AR tok/s | DFlash+DDTree tok/s | AL | Speedup |"
+    assert [row.split("|")[1].strip() for row in table[2:]] == ["HumanEval", "Math500", "GSM8K"]
+    data = json.loads(out.read_text())
+    assert data["settings"]["n_gen"] == 16 and data["meta"]["draft"] == str(tiny_pair[1])
+    for suite in data["suites"]:
+        assert suite["n_prompts"] == 2 and suite["ar"]["tok_s"] > 0
+        assert suite["ar"]["new_tokens"] == 2 * 16  # ignore_eos: exactly n_gen per prompt
+        (run,) = suite["runs"]
+        assert run["mode"] == "ddtree" and run["budget"] == 22
+        assert run["al"] >= 1 and run["tok_s"] > 0
+        assert run["identical"] == 2  # lossless: the same tokens as AR
+        assert sum(run["al_histogram"]) > 0
+
+
+def test_bench_sweep_with_chain_and_own_prompts(tiny_pair, tmp_path):
+    from click.testing import CliRunner
+
+    from lucebox.cli import main
+
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text(json.dumps({"messages": [{"role": "user", "content": "Count: one two"}]}) + "\n"
+                       + json.dumps({"prompt": "def add(a, b):"}) + "\n")
+    out = tmp_path / "sweep.json"
+    result = CliRunner().invoke(main, ["bench", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]),
+                                       "--device", "cpu", "--prompts", str(prompts), "-n", "12",
+                                       "--budgets", "1,4", "--chain", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    (suite,) = data["suites"]
+    assert suite["name"] == "mine" and suite["n_prompts"] == 2
+    assert [(r["mode"], r["budget"]) for r in suite["runs"]] == [("ddtree", 1), ("ddtree", 4), ("chain", 1), ("chain", 4)]
+    assert all(r["al"] >= 1 and r["identical"] == 2 for r in suite["runs"])
+    assert len(result.stdout.strip().splitlines()) == 2 + 5

@@ -1,0 +1,251 @@
+"""lucebox.cli: options, errors and streaming, through click's runner and a real subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from lucebox import defaults, hub
+from lucebox.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture
+def no_models(tmp_path, monkeypatch):
+    """No model anywhere: no env, empty HF cache and state, no embedded pair."""
+    for name in (defaults.TARGET_ENV, defaults.DRAFT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(hub.STATE_ENV, str(tmp_path / "state"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.setenv(defaults.EMBEDDED_ENV, str(tmp_path / "no-embedded"))
+    return tmp_path
+
+
+def _env(**extra) -> dict:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "LUCEBOX_"))}
+    if "LUCEBOX_LIB" in os.environ:
+        env["LUCEBOX_LIB"] = os.environ["LUCEBOX_LIB"]
+    env["PYTHONPATH"] = str(ROOT) + os.pathsep + env.get("PYTHONPATH", "")
+    env.update(extra)
+    return env
+
+
+def _lucebox(args, *, env, stdin=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "lucebox", *args], env=env, input=stdin,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def _one_line_error(done: subprocess.CompletedProcess) -> str:
+    """The command failed with exactly one `Error:` line and no traceback."""
+    assert done.returncode != 0
+    assert "Traceback" not in done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, done.stderr
+    return errors[0]
+
+
+# --- no model needed -------------------------------------------------------------------------
+def test_help_lists_commands_and_is_lazy():
+    # `lucebox --help` must not import numpy, the native library or huggingface_hub
+    code = ("import sys\nfrom lucebox.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
+            "heavy = [m for m in ('numpy', 'lucebox.engine', 'lucebox._native', 'huggingface_hub', 'tqdm')"
+            " if m in sys.modules]\nprint('HEAVY', heavy)\n")
+    out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    for command in ("run", "chat", "bench", "pull"):
+        assert f"  {command} " in out.stdout
+    assert "HEAVY []" in out.stdout
+
+
+@pytest.mark.parametrize("command", ["run", "chat", "bench", "pull"])
+def test_command_help(command):
+    result = CliRunner().invoke(main, [command, "--help"])
+    assert result.exit_code == 0
+    assert "Usage:" in result.output
+
+
+def test_no_model_anywhere(no_models):
+    result = CliRunner().invoke(main, ["run", "--prompt", "hi"])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: {defaults.MISSING_MESSAGE}"
+
+
+def test_missing_target_path(no_models):
+    result = CliRunner().invoke(main, ["run", "--prompt", "hi", "--target", str(no_models / "absent.gguf")])
+    assert result.exit_code == 1
+    assert "target GGUF not found" in result.output and "absent.gguf" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_n_gen_must_be_positive(no_models):
+    for value in ("0", "-3"):
+        result = CliRunner().invoke(main, ["run", "--prompt", "hi", "--n-gen", value])
+        assert result.exit_code == 2
+        assert "--n-gen" in result.output
+
+
+def test_unreadable_prompt_file(no_models):
+    missing = no_models / "missing.txt"
+    result = CliRunner().invoke(main, ["run", "--prompt-file", str(missing)])
+    assert result.exit_code == 1
+    assert result.output.strip() == f"Error: cannot read prompt file {missing}: No such file or directory"
+    binary = no_models / "binary.txt"
+    binary.write_bytes(b"\xff\xfe\x00bad")
+    result = CliRunner().invoke(main, ["run", "--prompt-file", str(binary)])
+    assert result.exit_code == 1 and "cannot read prompt file" in result.output
+
+
+def test_prompt_and_prompt_file_conflict(no_models):
+    f = no_models / "p.txt"
+    f.write_text("hi")
+    result = CliRunner().invoke(main, ["run", "--prompt", "x", "--prompt-file", str(f)])
+    assert result.exit_code == 2 and "not both" in result.output
+
+
+def test_empty_stdin_is_a_usage_error(no_models):
+    result = CliRunner().invoke(main, ["run"], input="  \n")
+    assert result.exit_code == 2 and "stdin is empty" in result.output
+
+
+def test_bench_bad_inputs(no_models):
+    runner = CliRunner()
+    bad = runner.invoke(main, ["bench", "--budgets", "8,x"])
+    assert bad.exit_code == 1 and "--budgets" in bad.output
+    missing = runner.invoke(main, ["bench", "--prompts", str(no_models / "none.jsonl")])
+    assert missing.exit_code == 1 and "cannot read prompt file" in missing.output
+    broken = no_models / "broken.jsonl"
+    broken.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n')
+    result = runner.invoke(main, ["bench", "--prompts", str(broken)])
+    assert result.exit_code == 1 and f"{broken}:2" in result.output
+
+
+def test_no_chat_template_suggests_raw():
+    from lucebox import cli
+
+    class NoTemplate:
+        chat_template = None
+
+    with pytest.raises(ValueError, match="no chat template; pass --raw"):
+        cli._encode_prompt(NoTemplate(), "hi", None, raw=False)
+
+
+def test_subprocess_errors_are_one_line(no_models):
+    env = _env(**{hub.STATE_ENV: str(no_models / "state"), "HF_HUB_CACHE": str(no_models / "hf"),
+                  defaults.EMBEDDED_ENV: str(no_models / "none")})
+    line = _one_line_error(_lucebox(["run", "--prompt", "hi"], env=env))
+    assert "embedded default is missing" in line
+    line = _one_line_error(_lucebox(["run", "--target", str(no_models / "x.gguf")], env=env, stdin="hello"))
+    assert "target GGUF not found" in line
+    line = _one_line_error(_lucebox(["chat", "--target", str(no_models / "x.gguf")], env=env))
+    assert "target GGUF not found" in line
+    line = _one_line_error(_lucebox(["run", "--prompt", "hi", "-n", "0"], env=env))
+    assert "--n-gen" in line
+
+
+# --- on the tiny models ----------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def reference(tiny_pair):
+    """The Python API's output for the prompts the CLI tests send (the oracle)."""
+    from lucebox.engine import Engine
+
+    target, draft = tiny_pair
+    with Engine(target, draft=draft, max_ctx=512, device="cpu") as engine:
+        chat_text = engine.generate([{"role": "user", "content": "Hello"}], 12, mode="ar").text
+        sys_text = engine.generate([{"role": "system", "content": "Be brief."},
+                                    {"role": "user", "content": "Hello"}], 12, mode="ar").text
+        raw_text = engine.generate("def fib(n):", 12, mode="ar").text
+    return {"chat": chat_text, "system": sys_text, "raw": raw_text}
+
+
+def _models(tiny_pair) -> list[str]:
+    return ["--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--device", "cpu"]
+
+
+@pytest.mark.parametrize("mode", ["ar", "chain", "ddtree"])
+def test_run_streams_the_engine_output(tiny_pair, reference, mode):
+    result = CliRunner().invoke(main, ["run", "--prompt", "Hello", "-n", "12", "--mode", mode, "--stats",
+                                       *_models(tiny_pair)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip("\n") == reference["chat"].rstrip("\n")  # every mode is greedy-exact
+    assert f"({mode})" in result.stderr and "tok/s" in result.stderr and "prefill" in result.stderr
+    if mode != "ar":
+        assert "AL " in result.stderr
+
+
+def test_run_system_and_raw(tiny_pair, reference):
+    runner = CliRunner()
+    sys_run = runner.invoke(main, ["run", "-p", "Hello", "-n", "12", "--system", "Be brief.", *_models(tiny_pair)])
+    assert sys_run.exit_code == 0 and sys_run.stdout.rstrip("\n") == reference["system"].rstrip("\n")
+    raw = runner.invoke(main, ["run", "-p", "def fib(n):", "-n", "12", "--raw", *_models(tiny_pair)])
+    assert raw.exit_code == 0 and raw.stdout.rstrip("\n") == reference["raw"].rstrip("\n")
+    both = runner.invoke(main, ["run", "-p", "x", "--raw", "--system", "s", *_models(tiny_pair)])
+    assert both.exit_code == 1 and "--system needs the chat template" in both.output
+
+
+def test_run_context_overflow_is_one_line(tiny_pair):
+    result = CliRunner().invoke(main, ["run", "-p", "word " * 100, "--max-ctx", "32", *_models(tiny_pair)])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: prompt of ") and "--max-ctx 32" in result.output
+    assert len(result.output.strip().splitlines()) == 1
+
+
+def test_run_kv_types(tiny_pair, reference):
+    for kv in ("q8_0", "q4_0"):
+        result = CliRunner().invoke(main, ["run", "-p", "Hello", "-n", "4", "--kv", kv, *_models(tiny_pair)])
+        assert result.exit_code == 0, result.output
+
+
+def test_run_subprocess_env_models_and_stdin(tiny_pair, reference, tmp_path):
+    # no flags: $LUCEBOX_TARGET / $LUCEBOX_DRAFT, prompt on stdin, as a user's shell runs it
+    env = _env(LUCEBOX_TARGET=str(tiny_pair[0]), LUCEBOX_DRAFT=str(tiny_pair[1]),
+               **{hub.STATE_ENV: str(tmp_path / "state")})
+    done = _lucebox(["run", "-n", "12", "--device", "cpu"], env=env, stdin="Hello")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
+    assert "Traceback" not in done.stderr
+
+
+def test_embedded_default_pair_is_used_without_flags(tiny_pair, reference, tmp_path, monkeypatch):
+    embedded = tmp_path / "embedded"
+    embedded.mkdir()
+    (embedded / "target.gguf").symlink_to(tiny_pair[0])
+    (embedded / "draft").symlink_to(tiny_pair[1], target_is_directory=True)
+    monkeypatch.setenv(defaults.EMBEDDED_ENV, str(embedded))
+    for name in (defaults.TARGET_ENV, defaults.DRAFT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(hub.STATE_ENV, str(tmp_path / "state"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    result = CliRunner().invoke(main, ["run", "--prompt", "Hello", "-n", "12", "--device", "cpu"])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
+
+
+def test_chat_reads_lines_from_a_pipe(tiny_pair):
+    # not a terminal: one reply per line, then EOF ends the session cleanly
+    done = _lucebox(["chat", "-n", "6", *_models(tiny_pair)], env=_env(), stdin="Hello\nBye\n/stats\n")
+    assert done.returncode == 0, done.stderr
+    assert "2 turns]" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_chunked_prefill_under_a_progress_bar_changes_nothing(tiny_pair, monkeypatch):
+    from lucebox import cli
+    from lucebox.engine import Engine
+
+    monkeypatch.setattr(cli, "PREFILL_BAR_MIN", 10)
+    monkeypatch.setattr(cli, "PREFILL_CHUNK", 16)
+    monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
+    with Engine(tiny_pair[0], draft=tiny_pair[1], max_ctx=512, device="cpu") as engine:
+        ids = engine.encode_prompt("word " * 40)
+        reference = engine.generate(ids, 12, mode="ddtree").tokens
+        engine.reset()
+        assert cli._prefill_with_progress(engine, ids) > 0
+        gen = engine.generate(ids, 12, mode="ddtree")
+    assert gen.stats.prompt_tokens == 0  # all of the prompt was already in the caches
+    assert gen.tokens == reference

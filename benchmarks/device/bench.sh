@@ -29,7 +29,7 @@ ts.sort()
 print(f"{2 * a.numel() * 4 / ts[len(ts) // 2] / 1e9:.0f}")
 PY
 )
-echo "copy bandwidth (read + write): $COPY_GBS GB/s" | cat
+echo "copy bandwidth (read + write): $COPY_GBS GB/s"
 
 log "llama.cpp llama-bench tg128 (same pin, same ggml build)"
 LB="$(find "$BUILD" -name llama-bench -type f -perm -u+x | head -1)"

@@ -24,7 +24,7 @@ from .stats import GenerationStats
 class Generation:
     text: str
     tokens: list[int]
-    finish_reason: str          # "length", "eos", "stop" or "context"
+    finish_reason: str          # "length", "eos", "stop", "context" or "cancelled"
     stats: GenerationStats
 
 
@@ -32,7 +32,7 @@ class Engine:
     """`with Engine("target.gguf", draft="draft_dir") as e: print(e.generate("Hi").text)`."""
 
     def __init__(self, target: str | Path | None = None, draft: str | Path | None = None, *,
-                 config: EngineConfig | None = None, **options):
+                 config: EngineConfig | None = None, tokenizer=None, **options):
         if config is None:
             if target is None:
                 raise ValueError("Engine needs a target GGUF path (or config=EngineConfig(...))")
@@ -47,7 +47,7 @@ class Engine:
         self.info = self._handle.info()
         self._drafter = (NativeDrafter(self._handle, self.info["block_size"])
                          if self.info["has_draft"] else None)
-        self._tokenizer = None
+        self._tokenizer = tokenizer  # one already built from this target's GGUF, or None (built lazily)
         self._cache_tokens: list[int] = []   # exactly what the native caches hold
         self._pending: int | None = None     # target argmax after _cache_tokens (not yet fed)
         # verify output buffer, allocated once
@@ -133,8 +133,8 @@ class Engine:
         if mode != "ar" and drafter is None:
             raise ValueError(f"mode {mode!r} needs a draft model (pass draft=...) or use mode='ar'")
         ids = self.encode_prompt(prompt)
-        room = self.info["max_ctx"] - len(ids)
-        if room < 1:
+        # a prompt may fill the context exactly: its next token needs no cache slot
+        if len(ids) > self.info["max_ctx"]:
             raise ValueError(f"prompt of {len(ids)} tokens does not fit max_ctx {self.info['max_ctx']}; "
                              "raise max_ctx or shorten the prompt")
         stats = GenerationStats(mode=mode)
@@ -147,27 +147,34 @@ class Engine:
         finish = "length"
         last = self._prefill(ids, stats)
         t_start = time.perf_counter()
-        for chunk in self._decode(last, gen, mode, drafter, stats, stop_ids):
-            for t in chunk:
-                if t in stop_ids:
-                    finish = "eos"
-                    break
-                out.append(t)
-                piece = detok.push(t)
-                text += piece
-                hit = _find_stop(text, gen.stop, len(text) - len(piece))
-                if hit is not None:
-                    finish = "stop"
-                    piece = piece[: len(piece) - (len(text) - hit)]
-                    text = text[:hit]
-                if piece:
-                    yield piece
+        try:
+            for chunk in self._decode(last, gen, mode, drafter, stats, stop_ids):
+                for t in chunk:
+                    if t in stop_ids:
+                        finish = "eos"
+                        break
+                    out.append(t)
+                    piece = detok.push(t)
+                    text += piece
+                    hit = _find_stop(text, gen.stop, len(text) - len(piece))
+                    if hit is not None:
+                        finish = "stop"
+                        piece = piece[: len(piece) - (len(text) - hit)]
+                        text = text[:hit]
+                    if piece:
+                        yield piece
+                    if finish != "length" or len(out) >= gen.max_new_tokens:
+                        break
                 if finish != "length" or len(out) >= gen.max_new_tokens:
                     break
-            if finish != "length" or len(out) >= gen.max_new_tokens:
-                break
-        else:
-            finish = "context" if len(out) < gen.max_new_tokens else "length"
+            else:
+                finish = "context" if len(out) < gen.max_new_tokens else "length"
+        except GeneratorExit:
+            # the consumer stopped early (a chat's Ctrl+C): still record what was emitted
+            stats.decode_s = time.perf_counter() - t_start
+            stats.new_tokens = len(out)
+            self._last_generation = Generation(text=text, tokens=out, finish_reason="cancelled", stats=stats)
+            raise
         stats.decode_s = time.perf_counter() - t_start
         stats.new_tokens = len(out)
         if finish == "length":

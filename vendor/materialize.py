@@ -71,11 +71,23 @@ def find_or_download_sdist(explicit: str | None) -> Path:
         fail(f"sdist not found at {explicit}")
     CACHE.mkdir(parents=True, exist_ok=True)
     print(f"materialize: downloading {PACKAGE}=={VERSION} sdist from PyPI", flush=True)
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-           f"{PACKAGE}=={VERSION}", "-d", str(CACHE), "-q"]
-    if subprocess.run(cmd).returncode != 0 or not (CACHE / SDIST_NAME).is_file():
-        fail(f"could not download {PACKAGE}=={VERSION}; offline? pass --sdist FILE or set LUCEBOX_SDIST")
-    return CACHE / SDIST_NAME
+    for python in pip_pythons():
+        cmd = [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+               f"{PACKAGE}=={VERSION}", "-d", str(CACHE), "-q"]
+        if subprocess.run(cmd).returncode == 0 and (CACHE / SDIST_NAME).is_file():
+            return CACHE / SDIST_NAME
+    fail(f"could not download {PACKAGE}=={VERSION}; offline? pass --sdist FILE or set LUCEBOX_SDIST")
+
+
+def pip_pythons() -> list[str]:
+    """Interpreters that have pip: pip's isolated build environment (where `pip install .` runs
+    CMake) has none, so fall back to the Pythons on PATH."""
+    found = []
+    for python in (sys.executable, shutil.which("python3"), shutil.which("python")):
+        if python and python not in found and subprocess.run(
+                [python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+            found.append(python)
+    return found
 
 
 def patch_series() -> list[Path]:

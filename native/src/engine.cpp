@@ -156,6 +156,18 @@ void lb_engine::check_tokens(const int32_t * toks, int32_t n, const char * what)
     }
 }
 
+void lb_engine::check_batch(const int32_t * toks, int32_t n, const float * logits, int64_t logits_cap,
+                            const char * what, const char * noun) const {
+    const int64_t n_vocab = model->hp.n_vocab;
+    check(logits == nullptr || logits_cap >= int64_t(n) * n_vocab, LB_E_INVALID_ARG,
+          std::string(what) + ": logits buffer holds " + std::to_string(logits_cap) +
+              " floats, need n * n_vocab = " + std::to_string(int64_t(n) * n_vocab));
+    check_tokens(toks, n, what);
+    check(int64_t(n_past) + n <= max_ctx, LB_E_CONTEXT,
+          std::string(what) + ": " + std::to_string(n_past) + " cached + " + std::to_string(n) + " " + noun +
+              " exceed max_ctx " + std::to_string(max_ctx) + "; reset or load with a larger max_ctx");
+}
+
 lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::ForwardShape & shape, const char * what) {
     if (slot.graph && slot.graph->shape == shape) return *slot.graph;
     slot.graph.reset();
@@ -202,14 +214,8 @@ void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int
 void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap) {
     check(toks != nullptr && out_next != nullptr, LB_E_INVALID_ARG, "lb_prefill: toks and out_next must not be NULL");
     check(n >= 1, LB_E_INVALID_ARG, "lb_prefill: n must be >= 1 (got " + std::to_string(n) + ")");
+    check_batch(toks, n, logits, logits_cap, "lb_prefill", "new tokens");
     const int64_t n_vocab = model->hp.n_vocab;
-    check(logits == nullptr || logits_cap >= int64_t(n) * n_vocab, LB_E_INVALID_ARG,
-          "lb_prefill: logits buffer holds " + std::to_string(logits_cap) + " floats, need n * n_vocab = " +
-              std::to_string(int64_t(n) * n_vocab));
-    check_tokens(toks, n, "lb_prefill");
-    check(int64_t(n_past) + n <= max_ctx, LB_E_CONTEXT,
-          "lb_prefill: " + std::to_string(n_past) + " cached + " + std::to_string(n) + " new tokens exceed max_ctx " +
-              std::to_string(max_ctx) + "; reset or load with a larger max_ctx");
     verify_pending_ = false;
 
     for (int32_t off = 0; off < n; off += ubatch) {

@@ -120,6 +120,9 @@ private:
     lb::ForwardGraph & forward_graph(ForwardSlot & slot, const lb::ForwardShape & shape, const char * what);
     int32_t n_kv_for(int32_t n_tokens) const;
     void check_tokens(const int32_t * toks, int32_t n, const char * what) const;
+    // logits capacity, token range and room in the context for a forward over n tokens
+    void check_batch(const int32_t * toks, int32_t n, const float * logits, int64_t logits_cap, const char * what,
+                     const char * noun) const;
     void set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n);
     void compute(ggml_cgraph * gf, const char * what);
     void free_graphs();

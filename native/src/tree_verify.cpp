@@ -23,14 +23,8 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
               "lb_verify: parents[" + std::to_string(i) + "] = " + std::to_string(parents[i]) +
                   " must be in [0, " + std::to_string(i) + "): every parent precedes its children");
     }
+    check_batch(toks, n, logits, logits_cap, "lb_verify", "tree nodes");
     const int64_t n_vocab = model->hp.n_vocab;
-    check(logits == nullptr || logits_cap >= int64_t(n) * n_vocab, LB_E_INVALID_ARG,
-          "lb_verify: logits buffer holds " + std::to_string(logits_cap) + " floats, need n * n_vocab = " +
-              std::to_string(int64_t(n) * n_vocab));
-    check_tokens(toks, n, "lb_verify");
-    check(int64_t(n_past) + n <= max_ctx, LB_E_CONTEXT,
-          "lb_verify: " + std::to_string(n_past) + " cached + " + std::to_string(n) + " tree nodes exceed max_ctx " +
-              std::to_string(max_ctx) + "; reset or load with a larger max_ctx");
 
     verify_pending_ = false;  // until this verify has fully run
     lb::ForwardShape shape{n, n_kv_for(n), true, true, capture_gen_};

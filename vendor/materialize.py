@@ -71,21 +71,24 @@ def find_or_download_sdist(explicit: str | None) -> Path:
         fail(f"sdist not found at {explicit}")
     CACHE.mkdir(parents=True, exist_ok=True)
     print(f"materialize: downloading {PACKAGE}=={VERSION} sdist from PyPI", flush=True)
-    for python in pip_pythons():
+    # pip's isolated build environment (where `pip install .` runs CMake) hides the interpreter's
+    # own site-packages through PYTHONPATH: run pip without it.
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONNOUSERSITE")}
+    for python in pip_pythons(env):
         cmd = [python, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
                f"{PACKAGE}=={VERSION}", "-d", str(CACHE), "-q"]
-        if subprocess.run(cmd).returncode == 0 and (CACHE / SDIST_NAME).is_file():
+        if subprocess.run(cmd, env=env).returncode == 0 and (CACHE / SDIST_NAME).is_file():
             return CACHE / SDIST_NAME
     fail(f"could not download {PACKAGE}=={VERSION}; offline? pass --sdist FILE or set LUCEBOX_SDIST")
 
 
-def pip_pythons() -> list[str]:
-    """Interpreters that have pip: pip's isolated build environment (where `pip install .` runs
-    CMake) has none, so fall back to the Pythons on PATH."""
+def pip_pythons(env: dict) -> list[str]:
+    """Interpreters on this machine that can run pip."""
     found = []
-    for python in (sys.executable, shutil.which("python3"), shutil.which("python")):
+    for python in (sys.executable, shutil.which("python3"), shutil.which("python"),
+                   getattr(sys, "_base_executable", None)):
         if python and python not in found and subprocess.run(
-                [python, "-m", "pip", "--version"], capture_output=True).returncode == 0:
+                [python, "-m", "pip", "--version"], capture_output=True, env=env).returncode == 0:
             found.append(python)
     return found
 

@@ -188,19 +188,26 @@ void lb_engine::compute(ggml_cgraph * gf, const char * what) {
           std::string(what) + " failed on " + backend.name() + " (ggml status " + std::to_string(int(st)) + ")");
 }
 
-// Inputs of a chain: token i sits at position P+i, writes slot P+i, sees slots 0..P+i.
-void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n) {
-    const int32_t n_kv = g.shape.n_kv;
-    lb::set_graph_input(g.tokens, toks, size_t(n) * sizeof(int32_t));
+// Node i sits at position P + depth(i) (depth == nullptr: a chain, depth i) in all four M-RoPE
+// sections (text only), and writes KV slot P + i; the caller fills the mask.
+void lb_engine::set_positions_and_slots(lb::ForwardGraph & g, int32_t n, const int32_t * depth) {
     pos_host_.resize(size_t(4 * n));
     for (int32_t s = 0; s < 4; ++s) {
-        for (int32_t i = 0; i < n; ++i) pos_host_[size_t(s * n + i)] = n_past + i;
+        for (int32_t i = 0; i < n; ++i) pos_host_[size_t(s * n + i)] = n_past + (depth ? depth[i] : i);
     }
     lb::set_graph_input(g.pos, pos_host_.data(), pos_host_.size() * sizeof(int32_t));
     if (!g.mask) return;
     kv_idx_host_.resize(size_t(n));
     for (int32_t i = 0; i < n; ++i) kv_idx_host_[size_t(i)] = n_past + i;
     lb::set_graph_input(g.kv_idx, kv_idx_host_.data(), kv_idx_host_.size() * sizeof(int64_t));
+}
+
+// Inputs of a chain: token i sits at position P+i, writes slot P+i, sees slots 0..P+i.
+void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n) {
+    const int32_t n_kv = g.shape.n_kv;
+    lb::set_graph_input(g.tokens, toks, size_t(n) * sizeof(int32_t));
+    set_positions_and_slots(g, n, nullptr);
+    if (!g.mask) return;
     mask_host_.resize(size_t(n) * size_t(n_kv));
     for (int32_t i = 0; i < n; ++i) {
         uint16_t * row = mask_host_.data() + size_t(i) * size_t(n_kv);

@@ -123,6 +123,7 @@ private:
     // logits capacity, token range and room in the context for a forward over n tokens
     void check_batch(const int32_t * toks, int32_t n, const float * logits, int64_t logits_cap, const char * what,
                      const char * noun) const;
+    void set_positions_and_slots(lb::ForwardGraph & g, int32_t n, const int32_t * depth);
     void set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n);
     void compute(ggml_cgraph * gf, const char * what);
     void free_graphs();

@@ -44,15 +44,8 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
     }
     lb::set_graph_input(g.tokens, toks, size_t(n) * sizeof(int32_t));
     lb::set_graph_input(g.parents, parents, size_t(n) * sizeof(int32_t));
-    pos_host_.resize(size_t(4 * n));
-    for (int32_t s = 0; s < 4; ++s) {
-        for (int32_t i = 0; i < n; ++i) pos_host_[size_t(s * n + i)] = n_past + depth_host_[size_t(i)];
-    }
-    lb::set_graph_input(g.pos, pos_host_.data(), pos_host_.size() * sizeof(int32_t));
+    set_positions_and_slots(g, n, depth_host_.data());
     if (g.mask) {
-        kv_idx_host_.resize(size_t(n));
-        for (int32_t i = 0; i < n; ++i) kv_idx_host_[size_t(i)] = n_past + i;
-        lb::set_graph_input(g.kv_idx, kv_idx_host_.data(), kv_idx_host_.size() * sizeof(int64_t));
         mask_host_.resize(size_t(n) * size_t(n_kv));
         for (int32_t i = 0; i < n; ++i) {
             uint16_t * row = mask_host_.data() + size_t(i) * size_t(n_kv);

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "error.hpp"
+#include "matmul.hpp"
 
 namespace lb {
 
@@ -175,7 +176,7 @@ void DraftModel::append_host(const float * feats, int32_t n) {
 }
 
 ggml_tensor * DraftModel::project_context(ggml_context * ctx, ggml_tensor * feat_cat) const {
-    return rms(ctx, ggml_mul_mat(ctx, weights_->fc, feat_cat), weights_->hidden_norm);
+    return rms(ctx, matmul(ctx, weights_->fc, feat_cat), weights_->hidden_norm);
 }
 
 // n tokens landing in consecutive ring slots (the caller splits at the wrap).
@@ -207,12 +208,12 @@ void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const in
     const int64_t kv_dim = int64_t(c.head_dim) * c.n_head_kv;
     for (int32_t l = 0; l < c.n_layer; ++l) {
         const DraftLayerWeights & L = weights_->layers[l];
-        ggml_tensor * k = ggml_mul_mat(ctx, L.wk, h);
+        ggml_tensor * k = matmul(ctx, L.wk, h);
         if (L.bk) k = ggml_add(ctx, k, L.bk);
         k = rms(ctx, ggml_reshape_3d(ctx, k, c.head_dim, c.n_head_kv, n), L.k_norm);
         k = ggml_rope_ext(ctx, k, pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
                           0.0f, 1.0f, 0.0f, 0.0f);
-        ggml_tensor * v = ggml_mul_mat(ctx, L.wv, h);
+        ggml_tensor * v = matmul(ctx, L.wv, h);
         if (L.bv) v = ggml_add(ctx, v, L.bv);
         ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, n), slots));
         ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, v_cache_[l], v, slots));

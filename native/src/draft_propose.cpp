@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "error.hpp"
+#include "matmul.hpp"
 #include "draft_model.hpp"
 
 namespace lb {
@@ -71,9 +72,9 @@ ggml_tensor * DraftModel::attention(ggml_context * ctx, ggml_tensor * q, ggml_te
         ggml_tensor * a = ggml_flash_attn_ext(ctx, q, K, V, mask, scale, 0.0f, 0.0f);  // [head_dim, n_head, B]
         return ggml_reshape_2d(ctx, a, a->ne[0] * a->ne[1], B);
     }
-    ggml_tensor * kq = ggml_soft_max_ext(ctx, ggml_mul_mat(ctx, K, q), mask, scale, 0.0f);  // [n_kv, B, n_head]
+    ggml_tensor * kq = ggml_soft_max_ext(ctx, matmul(ctx, K, q), mask, scale, 0.0f);  // [n_kv, B, n_head]
     ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, V, 1, 0, 2, 3));                   // [n_kv, head_dim, n_head_kv]
-    ggml_tensor * a = ggml_mul_mat(ctx, vt, kq);                                           // [head_dim, B, n_head]
+    ggml_tensor * a = matmul(ctx, vt, kq);                                           // [head_dim, B, n_head]
     a = ggml_cont(ctx, ggml_permute(ctx, a, 0, 2, 1, 3));                                  // [head_dim, n_head, B]
     return ggml_reshape_2d(ctx, a, a->ne[0] * a->ne[1], B);
 }
@@ -148,9 +149,9 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     for (int32_t l = 0; l < c.n_layer; ++l) {
         const DraftLayerWeights & L = weights_->layers[l];
         ggml_tensor * hn = rms(ctx, x, L.attn_norm);
-        ggml_tensor * q = ggml_mul_mat(ctx, L.wq, hn);
-        ggml_tensor * k = ggml_mul_mat(ctx, L.wk, hn);
-        ggml_tensor * v = ggml_mul_mat(ctx, L.wv, hn);
+        ggml_tensor * q = matmul(ctx, L.wq, hn);
+        ggml_tensor * k = matmul(ctx, L.wk, hn);
+        ggml_tensor * v = matmul(ctx, L.wv, hn);
         if (L.bq) q = ggml_add(ctx, q, L.bq);
         if (L.bk) k = ggml_add(ctx, k, L.bk);
         if (L.bv) v = ggml_add(ctx, v, L.bv);
@@ -170,17 +171,17 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
         V = ggml_permute(ctx, V, 0, 2, 1, 3);
         q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [head_dim, B, n_head]
         ggml_tensor * a = attention(ctx, q, K, V, masks[size_t(kind_of[l])], scale);  // [head_dim*n_head, B]
-        a = ggml_mul_mat(ctx, L.wo, a);
+        a = matmul(ctx, L.wo, a);
         if (L.bo) a = ggml_add(ctx, a, L.bo);
         x = ggml_add(ctx, x, a);
         hn = rms(ctx, x, L.ffn_norm);
-        ggml_tensor * ff = ggml_mul(ctx, ggml_silu(ctx, ggml_mul_mat(ctx, L.ffn_gate, hn)), ggml_mul_mat(ctx, L.ffn_up, hn));
-        x = ggml_add(ctx, x, ggml_mul_mat(ctx, L.ffn_down, ff));
+        ggml_tensor * ff = ggml_mul(ctx, ggml_silu(ctx, matmul(ctx, L.ffn_gate, hn)), matmul(ctx, L.ffn_up, hn));
+        x = ggml_add(ctx, x, matmul(ctx, L.ffn_down, ff));
     }
     x = rms(ctx, x, weights_->out_norm);
     // Only positions 1..B-1 are drafts; position 0 is `last`, already known.
     x = ggml_view_2d(ctx, x, c.n_embd, B - 1, x->nb[1], x->nb[1]);
-    ggml_tensor * logits = ggml_mul_mat(ctx, target_.output, x);  // [n_vocab, B-1]
+    ggml_tensor * logits = matmul(ctx, target_.output, x);  // [n_vocab, B-1]
     if (c.output_multiplier != 1.0f) logits = ggml_scale(ctx, logits, c.output_multiplier);
     if (c.logit_softcap > 0.0f) {
         logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / c.logit_softcap)), c.logit_softcap);

@@ -1,5 +1,6 @@
 // target_graph.cpp: see target_graph.hpp.
 #include "target_graph.hpp"
+#include "matmul.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -29,15 +30,15 @@ ggml_tensor * ForwardBuilder::attention(int32_t il, ggml_tensor * x) {
     const int64_t n = s.n_tokens, D = hp.head_dim, H = hp.n_head, Hkv = hp.n_head_kv;
 
     // attn_q interleaves, per head, D query values and D gate values
-    ggml_tensor * qg = ggml_mul_mat(ctx, L.wq, x);  // [2*D*H, n]
+    ggml_tensor * qg = matmul(ctx, L.wq, x);  // [2*D*H, n]
     const size_t es = ggml_element_size(qg);
     ggml_tensor * q = ggml_view_3d(ctx, qg, D, H, n, 2 * D * es, qg->nb[1], 0);
     ggml_tensor * gate = ggml_view_3d(ctx, qg, D, H, n, 2 * D * es, qg->nb[1], D * es);
     gate = ggml_cont_2d(ctx, gate, D * H, n);
 
     q = rms_norm(ctx, q, L.q_norm, hp.rms_eps);
-    ggml_tensor * k = rms_norm(ctx, ggml_reshape_3d(ctx, ggml_mul_mat(ctx, L.wk, x), D, Hkv, n), L.k_norm, hp.rms_eps);
-    ggml_tensor * v = ggml_mul_mat(ctx, L.wv, x);  // [D*Hkv, n]
+    ggml_tensor * k = rms_norm(ctx, ggml_reshape_3d(ctx, matmul(ctx, L.wk, x), D, Hkv, n), L.k_norm, hp.rms_eps);
+    ggml_tensor * v = matmul(ctx, L.wv, x);  // [D*Hkv, n]
 
     // Text positions are equal in every M-RoPE section, but the sections are honoured so the
     // rotation is the model's own (interleaved M-RoPE over the first n_rot dims of each head).
@@ -66,24 +67,24 @@ ggml_tensor * ForwardBuilder::attention(int32_t il, ggml_tensor * x) {
         o = ggml_flash_attn_ext(ctx, qp, kv_k, kv_v, fg.mask, scale, 0.0f, 0.0f);  // [D, H, n]
         o = ggml_reshape_2d(ctx, o, D * H, n);
     } else {
-        ggml_tensor * kq = ggml_mul_mat(ctx, kv_k, qp);                             // [n_kv, n, H]
+        ggml_tensor * kq = matmul(ctx, kv_k, qp);                             // [n_kv, n, H]
         kq = ggml_soft_max_ext(ctx, kq, fg.mask, scale, 0.0f);
         ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, kv_v, 1, 0, 2, 3));  // [n_kv, D, Hkv]
-        o = ggml_mul_mat(ctx, vt, kq);                                          // [D, n, H]
+        o = matmul(ctx, vt, kq);                                          // [D, n, H]
         o = ggml_cont_2d(ctx, ggml_permute(ctx, o, 0, 2, 1, 3), D * H, n);
     }
     o = ggml_mul(ctx, o, ggml_sigmoid(ctx, gate));
-    return ggml_mul_mat(ctx, L.wo, o);
+    return matmul(ctx, L.wo, o);
 }
 
 ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     const TargetLayer & L = m.layers[size_t(il)];
     const int64_t n = s.n_tokens, S = hp.head_v_dim, Hv = hp.n_v_heads;
 
-    ggml_tensor * qkv = ggml_mul_mat(ctx, L.wqkv, x);  // [C, n]
-    ggml_tensor * z = ggml_mul_mat(ctx, L.wz, x);      // [value_dim, n]
-    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_mul_mat(ctx, L.ssm_beta, x));  // [Hv, n]
-    ggml_tensor * alpha = ggml_mul_mat(ctx, L.ssm_alpha, x);
+    ggml_tensor * qkv = matmul(ctx, L.wqkv, x);  // [C, n]
+    ggml_tensor * z = matmul(ctx, L.wz, x);      // [value_dim, n]
+    ggml_tensor * beta = ggml_sigmoid(ctx, matmul(ctx, L.ssm_beta, x));  // [Hv, n]
+    ggml_tensor * alpha = matmul(ctx, L.ssm_alpha, x);
     ggml_tensor * g = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.ssm_dt)), L.ssm_a);  // [Hv, n]
 
     ggml_tensor * parents = nullptr;
@@ -105,13 +106,13 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     // gated RMS norm per value head, then the output projection
     ggml_tensor * y = ggml_mul(ctx, ggml_rms_norm(ctx, d.y, hp.rms_eps), L.ssm_norm);
     y = ggml_mul(ctx, y, ggml_silu(ctx, ggml_reshape_3d(ctx, z, S, Hv, n)));
-    return ggml_mul_mat(ctx, L.ssm_out, ggml_reshape_2d(ctx, y, S * Hv, n));
+    return matmul(ctx, L.ssm_out, ggml_reshape_2d(ctx, y, S * Hv, n));
 }
 
 ggml_tensor * ForwardBuilder::ffn(int32_t il, ggml_tensor * x) {
     const TargetLayer & L = m.layers[size_t(il)];
-    ggml_tensor * h = ggml_swiglu_split(ctx, ggml_mul_mat(ctx, L.ffn_gate, x), ggml_mul_mat(ctx, L.ffn_up, x));
-    return ggml_mul_mat(ctx, L.ffn_down, h);
+    ggml_tensor * h = ggml_swiglu_split(ctx, matmul(ctx, L.ffn_gate, x), matmul(ctx, L.ffn_up, x));
+    return matmul(ctx, L.ffn_down, h);
 }
 
 void ForwardBuilder::build() {
@@ -156,7 +157,7 @@ void ForwardBuilder::build() {
     }
     fg.n_out = s.all_rows ? int32_t(n) : 1;
     x = rms_norm(ctx, x, m.output_norm, hp.rms_eps);
-    fg.logits = ggml_mul_mat(ctx, m.output, x);  // [n_vocab, n_out]
+    fg.logits = matmul(ctx, m.output, x);  // [n_vocab, n_out]
     fg.argmax = ggml_argmax(ctx, fg.logits);
     ggml_set_name(fg.logits, "out_logits");
     ggml_set_name(fg.argmax, "out_argmax");

@@ -39,6 +39,10 @@ void ggml_log_to_lucebox(enum ggml_log_level level, const char * text, void *) {
     }
 }
 
+// Routed when the library loads, so ggml's start-up messages (the CUDA device listing) follow the
+// log level too, also in processes that never call lb_load (lb_device_count, the native tools).
+[[maybe_unused]] const bool g_log_routed = (ggml_log_set(ggml_log_to_lucebox, nullptr), true);
+
 }  // namespace
 
 void set_log_level(int32_t level) {
@@ -73,6 +77,10 @@ void backend_init(Backend & b, int32_t device, int32_t n_threads) {
         const unsigned hw = std::thread::hardware_concurrency();
         b.n_threads = n_threads > 0 ? n_threads : int32_t(hw > 0 ? hw : 1);
         ggml_backend_cpu_set_n_threads(b.backend, b.n_threads);
+        // Batch-invariant kernels: a token's logits must not depend on how many tokens share its
+        // forward (AR step vs verify), or greedy speculative decoding stops being exactly lossless.
+        // ggml's tiled / split-KV flash attention paths depend on the batch; the reference one does not.
+        ggml_backend_cpu_set_use_ref(b.backend, true);
         b.device = -1;
         return;
     }

@@ -39,6 +39,9 @@ log "lucebox AR + speculative step timings"
 python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192,32768 --n-gen 128 --steps 10 \
     --copy-gbs "$COPY_GBS" --json "$OUT/step_bench.json" 2>&1
 
+log "lucebox AR with a Q8_0 KV cache (head size 256)"
+python3 benchmarks/step_bench.py --target "$T" --kv q8_0 --n-gen 64 2>&1 | tail -3
+
 log "tree ops"
 "$BUILD/tree_ops_check" bench --backend cuda 2>&1
 

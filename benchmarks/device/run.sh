@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
-#   bash benchmarks/device/run.sh [stage...]     stages: build test bench all (default: all)
+#   bash benchmarks/device/run.sh [stage...]     stages: synth build test bench profile all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -42,14 +42,32 @@ stage_build() {
 stage_test() {
     log "GPU tests"
     export LUCEBOX_LIB="$BUILD/liblucebox.so" LUCEBOX_TOOLS_DIR="$BUILD" LUCEBOX_TEST_BACKEND=cuda
-    # the native modules: tree ops, target oracle/lossless tests, errors, draft parity
-    timeout "${LUCEBOX_TEST_TIMEOUT:-240}" python3 -m pytest -q tests/test_tree_ops.py tests/test_target.py \
-        tests/test_native_errors.py tests/test_draft.py ${LUCEBOX_DEVICE_TESTS:-} 2>&1 | tee "$OUT/tests.log" | grep -E "FAILED|ERROR|passed|failed"
+    # the native modules (tree ops, target oracle, errors, draft parity) and the lossless engine tests
+    local tests=${LUCEBOX_DEVICE_TESTS:-"tests/test_tree_ops.py tests/test_target.py tests/test_native_errors.py
+        tests/test_draft.py tests/test_engine.py tests/test_default_pair.py"}
+    # shellcheck disable=SC2086
+    timeout "${LUCEBOX_TEST_TIMEOUT:-300}" python3 -m pytest -q -rf $tests 2>&1 | tee "$OUT/tests.log" \
+        | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300
 }
+
+stage_profile() {
+    log "per-kernel profile of the decode stages (27B-shaped synthetic pair)"
+    export LUCEBOX_LIB="$BUILD/liblucebox.so"
+    wait_synth
+    [ -f "$WORK/synth-27b-q4_k_m.gguf" ] || bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1
+    python3 benchmarks/profile_step.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
+        --ctx 8192 2>&1 | tee "$OUT/profile.md"
+    log "llama.cpp batch sweep: time to process 1..32 tokens in one batch"
+    "$(find "$BUILD" -name llama-bench -type f -perm -u+x | head -1)" -m "$WORK/synth-27b-q4_k_m.gguf" -ngl 99 \
+        -p 1,8,16,23,32 -n 0 -r 3 -fa 1 -o md 2>/dev/null | tee "$OUT/llama_batch.md"
+}
+
+wait_synth() { if [ -n "${synth_pid:-}" ]; then wait "$synth_pid"; synth_pid=; fi; }
 
 stage_bench() {
     log "benchmarks"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
+    wait_synth
     bash benchmarks/device/bench.sh "$BUILD" "$WORK" "$OUT"
 }
 
@@ -65,11 +83,12 @@ for s in "${stages[@]}"; do
             bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 &
             synth_pid=$!
             stage_build || rc=1
-            wait $synth_pid
+            wait_synth
             # benchmarks before tests: on a short lease the numbers matter most
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|test|bench) "stage_$s" || rc=1 ;;
+        build|test|bench|profile) "stage_$s" || rc=1 ;;
+        synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac
 done

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Per-kernel GPU time of each decode stage (AR step, draft, verify, commit), from CUPTI through
+torch.profiler (which records every kernel of the process, ggml's included).
+
+    python benchmarks/profile_step.py --target T.gguf --draft DIR [--ctx 8192] [--budget 22]
+
+For each stage: wall ms per call, summed kernel ms per call (the gap is launch/host time), and the
+kernels that take the most time, grouped by a shortened name. Speed only: random weights.
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import time
+from collections import defaultdict
+
+import numpy as np
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from lucebox import ddtree
+from lucebox._native import Handle
+
+
+def short_name(name: str) -> str:
+    """ggml kernel names are long template instantiations: keep the function name and the
+    template arguments that tell the variants apart (type, column count)."""
+    name = re.sub(r"\(.*\)$", "", name)           # drop the parameter list
+    name = re.sub(r"^void ", "", name)
+    return name[:110]
+
+
+def kernel_table(prof, n_calls: int) -> tuple[float, list[tuple[str, int, float]]]:
+    per = defaultdict(lambda: [0, 0.0])
+    for ev in prof.events():
+        if ev.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        k = short_name(ev.name)
+        per[k][0] += 1
+        per[k][1] += ev.device_time_total if hasattr(ev, "device_time_total") else ev.cuda_time_total
+    rows = sorted(((k, c // n_calls, t / n_calls / 1e3) for k, (c, t) in per.items()), key=lambda r: -r[2])
+    return sum(r[2] for r in rows), rows
+
+
+def run_stage(label: str, fn, n_calls: int, top: int) -> None:
+    fn()  # warm: graph build and CUDA-graph capture happen outside the profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        for _ in range(n_calls):
+            fn()
+        wall = (time.perf_counter() - t0) * 1e3 / n_calls
+    total, rows = kernel_table(prof, n_calls)
+    print(f"\n### {label}: wall {wall:.2f} ms/call, kernels {total:.2f} ms/call, "
+          f"{sum(r[1] for r in rows)} kernels/call")
+    print("| kernel | calls | ms/call | % |\n|---|---|---|---|")
+    for k, c, t in rows[:top]:
+        print(f"| `{k}` | {c} | {t:.3f} | {100 * t / max(total, 1e-9):.1f} |")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--ctx", type=int, default=8192)
+    ap.add_argument("--budget", type=int, default=22)
+    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--calls", type=int, default=5)
+    ap.add_argument("--top", type=int, default=25)
+    args = ap.parse_args()
+    torch.cuda.init()
+    rng = np.random.default_rng(0)
+    with Handle(args.target, args.draft, max_ctx=args.ctx, device=0, max_tree=max(64, args.budget + 1)) as h:
+        info = h.info()
+        prompt = rng.integers(0, min(info["n_vocab"], 150000), args.ctx // 2).astype(np.int32)
+        last = h.prefill(prompt)
+        rows = info["block_size"] - 1
+        ids = np.empty((rows, args.top_k), np.int32)
+        logp = np.empty((rows, args.top_k), np.float32)
+        argmax = np.empty(info["max_tree"], np.int32)
+        h.draft(last, ids, logp)
+        tree = ddtree.build_tree(ids, logp, last, args.budget)
+        n = tree.n_nodes
+        state = {"last": last}
+
+        def ar():
+            state["last"] = h.step(state["last"])
+
+        def draft():
+            h.draft(state["last"], ids, logp)
+
+        def verify():  # verify + a one-node commit keeps the engine state legal between calls
+            h.verify(tree.tokens, tree.parents, argmax[:n])
+            h.commit(np.zeros(1, np.int32))
+
+        def commit_only():
+            h.commit(np.zeros(1, np.int32))
+
+        run_stage("AR step", ar, args.calls, args.top)
+        run_stage("draft", draft, args.calls, args.top)
+        run_stage(f"verify({args.budget}) + commit(1)", verify, args.calls, args.top)
+        # commit alone, after an unprofiled verify each time
+        h.verify(tree.tokens, tree.parents, argmax[:n])
+        commit_only()
+        h.verify(tree.tokens, tree.parents, argmax[:n])
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            commit_only()
+        total, krows = kernel_table(prof, 1)
+        print(f"\n### commit(1): kernels {total:.3f} ms, {sum(r[1] for r in krows)} kernels")
+
+
+if __name__ == "__main__":
+    main()

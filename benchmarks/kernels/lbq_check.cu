@@ -1,0 +1,203 @@
+// Standalone check of the small-batch K-quant kernels (lbq_kernels.cuh beside this file):
+// results against a CPU dequantize-and-multiply reference, batch invariance (a column computes to the
+// same bits alone and in a batch), and weight bandwidth at decode shapes.
+//   nvcc -O3 -arch=sm_90 -std=c++17 benchmarks/kernels/lbq_check.cu -o lbq_check && ./lbq_check
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "lbq_kernels.cuh"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+    std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); std::exit(1); } } while (0)
+
+using lbq::Kind;
+
+static float h2f(uint16_t h) { __half_raw r; r.x = h; return __half2float(__half(r)); }
+static uint16_t f2h(float f) { __half h = __float2half_rn(f); return __half_raw(h).x; }
+
+// random blocks with finite, modest scales
+static std::vector<uint8_t> random_blocks(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
+    const int bb = k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes;
+    std::vector<uint8_t> w(size_t(m * (kl / 256) * bb));
+    std::uniform_int_distribution<int> byte(0, 255);
+    std::uniform_real_distribution<float> u(0.5f, 1.5f);
+    for (auto & b : w) b = uint8_t(byte(rng));
+    for (size_t off = 0; off < w.size(); off += bb) {
+        if (k == Kind::Q4_K) {
+            const uint16_t d = f2h(2e-3f * u(rng)), dmin = f2h(1e-3f * u(rng));
+            std::memcpy(&w[off], &d, 2);
+            std::memcpy(&w[off + 2], &dmin, 2);
+        } else {
+            const uint16_t d = f2h(3e-4f * u(rng));
+            std::memcpy(&w[off + 208], &d, 2);
+        }
+    }
+    return w;
+}
+
+static void dequant_row(Kind k, const uint8_t * row, int64_t kl, float * out) {
+    for (int64_t sb = 0; sb < kl / 256; ++sb) {
+        float * y = out + sb * 256;
+        if (k == Kind::Q4_K) {
+            const uint8_t * b = row + sb * lbq::kQ4KBytes;
+            uint16_t dh, mh; std::memcpy(&dh, b, 2); std::memcpy(&mh, b + 2, 2);
+            const float d = h2f(dh), dmin = h2f(mh);
+            const uint8_t * sc = b + 4; const uint8_t * q = b + 16;
+            for (int j = 0; j < 4; ++j) {
+                for (int half = 0; half < 2; ++half) {
+                    const int i = 2 * j + half; int s, m;
+                    if (i < 4) { s = sc[i] & 63; m = sc[i + 4] & 63; }
+                    else { s = (sc[i + 4] & 0xF) | ((sc[i - 4] >> 6) << 4); m = (sc[i + 4] >> 4) | ((sc[i] >> 6) << 4); }
+                    for (int l = 0; l < 32; ++l) {
+                        const int qv = half ? (q[32 * j + l] >> 4) : (q[32 * j + l] & 0xF);
+                        y[64 * j + 32 * half + l] = d * s * qv - dmin * m;
+                    }
+                }
+            }
+        } else {
+            const uint8_t * b = row + sb * lbq::kQ6KBytes;
+            const uint8_t * ql = b; const uint8_t * qh = b + 128; const int8_t * sc = (const int8_t *)(b + 192);
+            uint16_t dh; std::memcpy(&dh, b + 208, 2); const float d = h2f(dh);
+            for (int n = 0; n < 2; ++n) {
+                for (int l = 0; l < 32; ++l) {
+                    const int is = l / 16;
+                    const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+                    const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                    const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                    const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                    y[128 * n + l] = d * sc[is] * q1; y[128 * n + l + 32] = d * sc[is + 2] * q2;
+                    y[128 * n + l + 64] = d * sc[is + 4] * q3; y[128 * n + l + 96] = d * sc[is + 6] * q4;
+                }
+                ql += 64; qh += 32; sc += 8;
+            }
+        }
+    }
+}
+
+struct Dev {
+    uint8_t * w = nullptr; float * x = nullptr; float * y = nullptr; __half * xp = nullptr;
+};
+
+static void run(Kind k, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes, cudaStream_t st) {
+    if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, st);
+    else lbq::launch<Kind::Q6_K>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, st);
+}
+
+static int check(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
+    const int bb = k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes;
+    const int64_t row_bytes = kl / 256 * bb;
+    std::vector<uint8_t> w = random_blocks(k, m, kl, rng);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> x(static_cast<size_t>(32 * kl));
+    for (auto & v : x) v = nd(rng);
+    std::vector<float> wf(static_cast<size_t>(kl));
+    std::vector<double> ref(static_cast<size_t>(32 * m));
+    for (int64_t r = 0; r < m; ++r) {
+        dequant_row(k, w.data() + r * row_bytes, kl, wf.data());
+        for (int c = 0; c < 32; ++c) {
+            double s = 0;
+            for (int64_t i = 0; i < kl; ++i) s += double(wf[i]) * x[size_t(c * kl + i)];
+            ref[size_t(c * m + r)] = s;
+        }
+    }
+    Dev d;
+    CK(cudaMalloc(&d.w, w.size())); CK(cudaMalloc(&d.x, x.size() * 4)); CK(cudaMalloc(&d.y, ref.size() * 4));
+    CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), 32) * 2));
+    CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    int bad = 0;
+    std::vector<float> col0_alone;
+    for (int n : {1, 2, 7, 8, 9, 16, 23, 32}) {
+        CK(cudaMemset(d.y, 0xff, ref.size() * 4));
+        run(k, d, m, kl, n, row_bytes, 0);
+        CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+        std::vector<float> y(static_cast<size_t>(n * m));
+        CK(cudaMemcpy(y.data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
+        double maxd = 0, maxr = 0;
+        for (int c = 0; c < n; ++c)
+            for (int64_t r = 0; r < m; ++r) {
+                maxd = std::fmax(maxd, std::fabs(y[size_t(c * m + r)] - ref[size_t(c * m + r)]));
+                maxr = std::fmax(maxr, std::fabs(ref[size_t(c * m + r)]));
+            }
+        const double rel = maxd / maxr;
+        bool inv = true;
+        if (n == 1) col0_alone.assign(y.begin(), y.begin() + m);
+        else inv = std::memcmp(col0_alone.data(), y.data(), size_t(m) * 4) == 0;
+        const bool ok = rel < 3e-3 && inv && std::isfinite(rel);
+        bad += !ok;
+        std::printf("check %s m=%lld k=%lld n=%2d: max rel err %.2e, column 0 bitwise equal to n=1: %s %s\n",
+                    k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, n, rel, inv ? "yes" : "NO",
+                    ok ? "ok" : "FAIL");
+    }
+    cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp);
+    return bad;
+}
+
+template <Kind K, int MT>
+static void run_mt(const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
+    switch ((n + 7) / 8) {
+        case 1: lbq::launch_nt<K, 1, MT>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, 0); break;
+        case 2: lbq::launch_nt<K, 2, MT>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, 0); break;
+        case 3: lbq::launch_nt<K, 3, MT>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, 0); break;
+        default: lbq::launch_nt<K, 4, MT>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, 0); break;
+    }
+}
+
+static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
+    const int bb = k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes;
+    const int64_t row_bytes = kl / 256 * bb;
+    const size_t wbytes = size_t(m * row_bytes);
+    Dev d;
+    CK(cudaMalloc(&d.w, wbytes)); CK(cudaMalloc(&d.x, size_t(32 * kl * 4))); CK(cudaMalloc(&d.y, size_t(32 * m * 4)));
+    CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), 32) * 2));
+    std::vector<uint8_t> w = random_blocks(k, std::min<int64_t>(m, 512), kl, rng);
+    for (int64_t r0 = 0; r0 < m; r0 += 512) {
+        const int64_t nr = std::min<int64_t>(512, m - r0);
+        CK(cudaMemcpy(d.w + r0 * row_bytes, w.data(), size_t(nr * row_bytes), cudaMemcpyHostToDevice));
+    }
+    CK(cudaMemset(d.x, 0, size_t(32 * kl * 4)));
+    // a 256 MB buffer written between runs keeps the weights out of L2 (50 MB)
+    void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
+    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+    for (int mt : {2, 4})
+    for (int n : {1, 8, 23, 32}) {
+        float best = 1e30f;
+        for (int it = 0; it < 12; ++it) {
+            CK(cudaMemsetAsync(flush, it, fl));
+            cudaEventRecord(a);
+            if (k == Kind::Q4_K) { if (mt == 2) run_mt<Kind::Q4_K, 2>(d, m, kl, n, row_bytes); else run_mt<Kind::Q4_K, 4>(d, m, kl, n, row_bytes); }
+            else { if (mt == 2) run_mt<Kind::Q6_K, 2>(d, m, kl, n, row_bytes); else run_mt<Kind::Q6_K, 4>(d, m, kl, n, row_bytes); }
+            cudaEventRecord(b);
+            CK(cudaEventSynchronize(b));
+            float ms; cudaEventElapsedTime(&ms, a, b);
+            if (it >= 2) best = std::fmin(best, ms);
+        }
+        std::printf("bench %s MT=%d m=%6lld k=%5lld n=%2d: %8.1f us  %6.0f GB/s of weights\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
+                    mt, (long long)m, (long long)kl, n, best * 1e3, wbytes / (best * 1e-3) / 1e9);
+    }
+    cudaFree(flush); cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp);
+}
+
+int main() {
+    std::mt19937 rng(7);
+    int bad = 0;
+    bad += check(Kind::Q4_K, 200, 512, rng);    // a partial last block of rows, two super-blocks per warp split
+    bad += check(Kind::Q4_K, 64, 2560, rng);
+    bad += check(Kind::Q6_K, 136, 768, rng);
+    bad += check(Kind::Q6_K, 64, 2304, rng);
+    if (bad) { std::printf("FAILED: %d checks\n", bad); }
+    // the 27B's decode shapes: ffn gate/up, ffn down, DeltaNet qkv, lm head
+    bench(Kind::Q4_K, 17408, 5120, rng);
+    bench(Kind::Q4_K, 5120, 17408, rng);
+    bench(Kind::Q6_K, 5120, 17408, rng);
+    bench(Kind::Q6_K, 10240, 5120, rng);
+    bench(Kind::Q6_K, 248320, 5120, rng);
+    return bad ? 1 : 0;
+}

@@ -24,11 +24,11 @@ PROMPTS = Path(__file__).resolve().parents[1] / "benchmarks" / "tiny_pair" / "he
 N_PROMPTS = 5
 N_GEN = 64
 BUDGET, TOP_K = 22, 8
-# measured on these 5 prompts at n_gen 64 (model card: chain 6.61, DDTree 7.40, 1.12x), minus a
-# margin for numerics across builds and backends. The issue's DDTree floor (1.15x chain) is not met
-# by this CPU-trained pair, so the ratio floor is what it honestly reaches, minus the margin.
-CHAIN_AL_FLOOR = 5.5
-DDTREE_AL_FLOOR = 6.2
+# measured on these 5 prompts at n_gen 64 (model card: chain 4.82, DDTree 5.30, 1.10x), minus a
+# margin for numerics across builds and backends. The issue's 1.15x holds on all 20 prompts at
+# n_gen 128 (1.16x, benchmarks/tiny_pair/native_eval.py); these 5 short runs reach 1.10x.
+CHAIN_AL_FLOOR = 4.3
+DDTREE_AL_FLOOR = 4.8
 DDTREE_OVER_CHAIN_FLOOR = 1.05
 
 

@@ -97,3 +97,13 @@ CALIB = replace(
 )
 
 PRESETS = {"full": FULL, "calib": CALIB, "cpu": CPU, "smoke": SMOKE}
+
+# the cpu preset's target (reused: train_all --target-from) with a 1-layer draft, ~0.7M parameters or a
+# tenth of the target, as DFlash drafts are of theirs; a 2-layer draft on this looping target is right
+# so often (top-1 84-97% per position) that a DDTree has almost nothing left to recover.
+CPU_D1 = replace(
+    CPU, name="cpu-d1", time_budget=900.0, gen_max_sequences=3456,
+    draft=replace(CPU.draft, layers=1),
+    draft_train=replace(CPU.draft_train, seconds=150.0),
+)
+PRESETS["cpu-d1"] = CPU_D1

@@ -1,6 +1,7 @@
 """Train the embedded default pair end to end in one process, inside one time budget.
 
-    python -m benchmarks.tiny_pair.train_all --out DIR [--preset full|calib|cpu|smoke] [--device cuda|cpu]
+    python -m benchmarks.tiny_pair.train_all --out DIR [--preset full|calib|cpu|cpu-d1|smoke] [--device cuda|cpu]
+        [--target-from WORK/target_hf --target-log OUT/train_log.json]
 
 Stages: corpus + tokenizer, target, the target's greedy continuations, DFlash draft, export
 (draft folder, Q8_0 GGUF), evaluation, model card. Deliverables are written before the evaluation,
@@ -8,6 +9,8 @@ and train_log.json after every stage, so a run cut short still leaves what it fi
 Outputs (flat, for the device channel's 8-file limit): target.gguf (or target.gguf.partN when over
 the size cap), draft/config.json, draft/model.safetensors, tokenizer.json, heldout_prompts.jsonl,
 train_log.json, MODEL_CARD.md.
+With --target-from the tokenizer and target of an earlier run are reused (its --work folder's
+target_hf, its train_log.json for their records) and only the stages from the draft data on run.
 """
 from __future__ import annotations
 
@@ -25,6 +28,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from tokenizers import Tokenizer
+from transformers import Qwen3_5ForCausalLM
 
 from . import data, draft as draft_mod, generate, target as target_mod, tokenizer as tok_mod
 from .convert import convert
@@ -85,7 +90,8 @@ def token_stream(tok, docs: list[str]) -> torch.Tensor:
     return torch.from_numpy(np.concatenate([np.asarray(d, dtype=np.int64) for d in ids]))
 
 
-def stage_corpus(p, run: Run, device):
+def stage_corpus(p, run: Run, device, prior: dict | None = None, hf_dir: Path | None = None):
+    """With `hf_dir`, its tokenizer instead of a new one (`prior`: the run that trained it)."""
     t0 = time.perf_counter()
     corpus = data.load_corpus(max_files=p.max_files, site_chars=p.site_chars)
     docs = data.training_documents(corpus, p.chat_share, p.seed)
@@ -93,7 +99,14 @@ def stage_corpus(p, run: Run, device):
     log(f"corpus: stdlib {len(corpus.train)} train / {len(corpus.heldout)} held-out files under {corpus.root}; "
         f"site-packages {len(corpus.site)} files, {site_chars:,} chars from {len(corpus.site_packages)} packages "
         f"({time.perf_counter() - t0:.1f}s)")
-    tok, tstats = tok_mod.train_tokenizer(docs, p.vocab_size, p.tokenizer_chars)
+    if hf_dir is None:
+        tok, tstats = tok_mod.train_tokenizer(docs, p.vocab_size, p.tokenizer_chars)
+    else:
+        tok = Tokenizer.from_file(str(hf_dir / "tokenizer.json"))
+        if tok.get_vocab_size() != p.vocab_size:
+            raise SystemExit(f"--target-from tokenizer has {tok.get_vocab_size()} tokens, preset {p.name} wants "
+                             f"{p.vocab_size}: pass the target_hf of a run of the same target preset")
+        tstats = {**prior["tokenizer"], "from": str(hf_dir / "tokenizer.json")}
     ids = tok_mod.special_ids(tok)
     tok.save(str(run.out / "tokenizer.json"))
     stream = token_stream(tok, docs)
@@ -130,6 +143,22 @@ def stage_target(p, run: Run, tok, ids, stream, val_stream, device, work: Path):
     model.save_pretrained(str(hf_dir))
     tok_mod.save_tokenizer(tok, hf_dir)
     run.done("target_train", t0, target={"params": n, "shape": asdict(p.target), **stats})
+    return model, hf_dir
+
+
+def load_target(p, run: Run, prior: dict, hf_dir: Path, device):
+    """An earlier run's trained target instead of stage_target; its record comes from that run's log."""
+    t0 = time.perf_counter()
+    model = Qwen3_5ForCausalLM.from_pretrained(str(hf_dir), dtype=torch.float32).to(device)
+    c, s = model.config, p.target
+    have = (c.hidden_size, c.num_hidden_layers, c.intermediate_size, c.num_attention_heads, c.head_dim)
+    if have != (s.hidden, s.layers, s.ff, s.heads, s.head_dim):
+        raise SystemExit(f"--target-from {hf_dir} is not preset {p.name}'s target shape (hidden, layers, ffn, heads, "
+                         f"head dim {have}): pass the target_hf of a run of the same target preset")
+    weights = hf_dir / "model.safetensors"
+    log(f"target: {target_mod.n_params(model):,} parameters, trained earlier ({hf_dir})")
+    run.done("target_load", t0, target={**prior["target"], "from": str(hf_dir),
+                                        "safetensors_sha256": sha256(weights)})
     return model, hf_dir
 
 
@@ -216,6 +245,8 @@ def write_card(p, run: Run) -> None:
                          f"{shape.lin_head_dim}, rope theta {shape.rope_theta:g}"),
         "target_groups": shape.layers // 4, "mrope_section": list(shape.mrope_section),
         "lin_k_heads": shape.lin_k_heads, "lin_v_heads": shape.lin_v_heads,
+        "target_origin": (f"Trained by an earlier run and reused here (`--target-from`, weights sha256 "
+                          f"`{tgt['safetensors_sha256'][:16]}...`). " if "from" in tgt else ""),
         "target_steps": tgt.get("steps"), "target_batch": p.target_train.batch,
         "target_seq_len": p.target_train.seq_len, "target_tokens": f"{tgt.get('tokens', 0):,}",
         "target_seconds": tgt.get("seconds"), "target_lr": p.target_train.lr,
@@ -247,12 +278,19 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True, help="output folder (deliverables + log)")
     ap.add_argument("--work", type=Path, default=Path("/tmp/tiny_pair_work"), help="scratch folder")
     ap.add_argument("--preset", choices=sorted(PRESETS), default="full")
+    ap.add_argument("--target-from", type=Path, default=None,
+                    help="reuse an earlier run's tokenizer and target: its --work folder's target_hf")
+    ap.add_argument("--target-log", type=Path, default=None,
+                    help="with --target-from: that run's train_log.json (the records of its tokenizer and target)")
     ap.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads (device cpu)")
     ap.add_argument("--time-budget", type=float, default=None, help="seconds for the whole run")
     ap.add_argument("--llama-dir", type=Path, default=Path("vendor/src/llama.cpp"),
                     help="materialized converter (vendor/materialize.py)")
     args = ap.parse_args(argv)
+    if (args.target_from is None) != (args.target_log is None):
+        ap.error("--target-from and --target-log go together (the earlier run's target_hf and train_log.json)")
+    prior = json.loads(args.target_log.read_text()) if args.target_log else None
     p = copy.deepcopy(PRESETS[args.preset])   # stages shrink its seconds to the budget
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     args.out.mkdir(parents=True, exist_ok=True)
@@ -270,8 +308,11 @@ def main(argv=None) -> int:
         "torch": torch.__version__, "transformers": version("transformers"), "dflash": version("dflash"),
         "time_budget": run.budget}
     log(f"preset {p.name} on {run.record['env']['device']}, budget {run.budget:.0f}s")
-    tok, ids, stream, val_stream, prompts = stage_corpus(p, run, device)
-    model, hf_dir = stage_target(p, run, tok, ids, stream, val_stream, device, args.work)
+    tok, ids, stream, val_stream, prompts = stage_corpus(p, run, device, prior, args.target_from)
+    if args.target_from is None:
+        model, hf_dir = stage_target(p, run, tok, ids, stream, val_stream, device, args.work)
+    else:
+        model, hf_dir = load_target(p, run, prior, args.target_from, device)
     d = stage_draft_data(p, run, tok, ids, model, stream)
     draft = stage_draft(p, run, ids, model, d)
     del d

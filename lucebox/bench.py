@@ -99,6 +99,10 @@ def parse_budgets(text: str) -> list[int]:
     return budgets
 
 
+# A first difference from AR where AR's own top-two logits are closer than this is a tie that
+# kernel rounding decides (ggml-cuda: mmvq / one-query attention for AR, mmq / batched for verify).
+NEAR_TIE = 0.05
+
 # --- running -------------------------------------------------------------------------------
 def run(engine, suites: list[Suite], specs: list[RunSpec], *, n_gen: int = 256, top_k: int = 8,
         ignore_eos: bool = True, progress: bool = True) -> dict:
@@ -125,15 +129,28 @@ def run(engine, suites: list[Suite], specs: list[RunSpec], *, n_gen: int = 256, 
         runs = []
         for mode, budget in all_modes[1:]:
             agg = _aggregate(gens[(mode, budget)])
+            pairs = list(zip(prompts, gens[("ar", 0)], gens[(mode, budget)]))
             runs.append({"mode": mode, "budget": budget, **agg,
                          "speedup": agg["tok_s"] / ar["tok_s"] if ar["tok_s"] > 0 else 0.0,
-                         "identical": sum(a.tokens == g.tokens
-                                          for a, g in zip(gens[("ar", 0)], gens[(mode, budget)]))})
+                         "identical": sum(a.tokens == g.tokens for _, a, g in pairs),
+                         "divergence_gaps": [divergence_gap(engine, ids, a.tokens, g.tokens)
+                                             for ids, a, g in pairs if a.tokens != g.tokens]})
         out_suites.append({"name": suite.name, "file": str(suite.path), "n_prompts": len(prompts),
                            "prompt_tokens": [len(ids) for ids in prompts], "ar": ar, "runs": runs})
     bar.close()
     return {"settings": {"n_gen": n_gen, "top_k": top_k, "ignore_eos": ignore_eos, "concurrency": 1},
             "suites": out_suites}
+
+
+def divergence_gap(engine, prompt: list[int], ar_tokens: list[int], spec_tokens: list[int]) -> float:
+    """AR's logit lead of its own token over the speculative run's at their first difference: a
+    near-zero gap is a near-tie that kernel rounding flipped (the one-token and batched kernels sum
+    in different orders on the GPU); a large one would be a bug."""
+    j = next((i for i, (a, b) in enumerate(zip(ar_tokens, spec_tokens)) if a != b), None)
+    if j is None:  # one is a prefix of the other: a stop decided differently, no token differs
+        return 0.0
+    row = engine.next_logits(prompt + ar_tokens[:j])
+    return float(row[ar_tokens[j]] - row[spec_tokens[j]])
 
 
 def _warm_up(engine, ids: list[int], modes, top_k: int) -> None:
@@ -187,8 +204,13 @@ def to_markdown(result: dict) -> str:
                              f"| {r['al']:.2f} | {r['speedup']:.2f}x |")
     differ = sum(s["n_prompts"] - r["identical"] for s in suites for r in s["runs"])
     if differ:
-        lines.append(f"\nwarning: {differ} speculative run(s) produced tokens different from AR greedy "
-                     "(greedy speculative decoding should be lossless)")
+        gaps = [abs(g) for s in suites for r in s["runs"] for g in r.get("divergence_gaps", [])]
+        widest = max(gaps, default=float("nan"))
+        kind = "note" if widest <= NEAR_TIE else "warning"
+        lines.append(f"\n{kind}: {differ} speculative run(s) produced tokens different from AR greedy; "
+                     f"AR's logit lead at the first difference is at most {widest:.4f}"
+                     + (" (near-ties: the GPU's one-token and batched kernels sum in different orders)"
+                        if kind == "note" else " (more than rounding: greedy speculative decoding should be lossless)"))
     return "\n".join(lines)
 
 

@@ -114,6 +114,21 @@ class Engine:
         stats.prompt_tokens = len(new)
         return self._pending
 
+    def next_logits(self, prompt) -> np.ndarray:
+        """The target's logits ([n_vocab] float32) for the token after `prompt`; afterwards the
+        cache holds the prompt, as after a generate() that produced nothing yet."""
+        ids = self.encode_prompt(prompt)
+        if not ids:
+            raise ValueError("prompt is empty")
+        self.reset()
+        h = self._h()
+        if len(ids) > 1:
+            h.prefill(np.asarray(ids[:-1], np.int32))
+        out = np.zeros((1, h.info()["n_vocab"]), np.float32)  # the last token alone: the AR step's kernels
+        self._pending = h.prefill(np.asarray(ids[-1:], np.int32), out)
+        self._cache_tokens = list(ids)
+        return out[0]
+
     # --- generation -----------------------------------------------------------------------
     def generate(self, prompt, max_new_tokens: int = 256, **options) -> Generation:
         pieces: list[str] = []

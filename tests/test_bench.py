@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from lucebox import bench
@@ -70,7 +71,26 @@ def test_markdown_public_layout_and_sweep_layout():
 def test_markdown_warns_when_speculative_output_differs():
     result = _fake_result([("ddtree", 22)])
     result["suites"][1]["runs"][0]["identical"] = 1
-    assert "1 speculative run(s) produced tokens different from AR" in bench.to_markdown(result)
+    result["suites"][1]["runs"][0]["divergence_gaps"] = [0.5]
+    text = bench.to_markdown(result)
+    assert "warning: 1 speculative run(s) produced tokens different from AR" in text and "0.5000" in text
+    result["suites"][1]["runs"][0]["divergence_gaps"] = [0.003]
+    text = bench.to_markdown(result)
+    assert "note: 1 speculative run(s)" in text and "near-ties" in text
+
+
+def test_divergence_gap_is_ar_lead_at_first_difference():
+    class FakeEngine:
+        def next_logits(self, ids):
+            self.asked = list(ids)
+            row = np.zeros(10, np.float32)
+            row[3], row[7] = 2.0, 1.5
+            return row
+
+    e = FakeEngine()
+    assert bench.divergence_gap(e, [9, 9], [1, 2, 3, 4], [1, 2, 7, 4]) == pytest.approx(0.5)
+    assert e.asked == [9, 9, 1, 2]
+    assert bench.divergence_gap(e, [9], [1, 2], [1, 2, 5]) == 0.0
 
 
 def test_save_json_round_trips(tmp_path):

@@ -30,6 +30,8 @@ BUDGET, TOP_K = 22, 8
 CHAIN_AL_FLOOR = 4.3
 DDTREE_AL_FLOOR = 4.8
 DDTREE_OVER_CHAIN_FLOOR = 1.05
+# On CUDA a speculative run may leave AR's path only where AR's top two logits are this close.
+CUDA_NEAR_TIE = 0.02
 
 
 @pytest.fixture(scope="module")
@@ -42,15 +44,23 @@ def pair() -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
-def runs(pair) -> dict[str, list]:
-    prompts = [json.loads(line) for line in PROMPTS.read_text().splitlines() if line.strip()][:N_PROMPTS]
+def prompts() -> list[str]:
+    return [json.loads(line)["prompt"] for line in PROMPTS.read_text().splitlines() if line.strip()][:N_PROMPTS]
+
+
+@pytest.fixture(scope="module")
+def engine(pair):
+    with Engine(pair[0], draft=pair[1], device=DEVICE, n_threads=2, max_ctx=512) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def runs(engine, prompts) -> dict[str, list]:
     out: dict[str, list] = {"ar": [], "chain": [], "ddtree": []}
-    with Engine(pair[0], draft=pair[1], device=DEVICE, n_threads=2, max_ctx=512) as engine:
-        for p in prompts:
-            for mode in out:
-                engine.reset()
-                out[mode].append(engine.generate(p["prompt"], N_GEN, mode=mode, budget=BUDGET, top_k=TOP_K,
-                                                 ignore_eos=True))
+    for p in prompts:
+        for mode in out:
+            engine.reset()
+            out[mode].append(engine.generate(p, N_GEN, mode=mode, budget=BUDGET, top_k=TOP_K, ignore_eos=True))
     return out
 
 
@@ -61,10 +71,18 @@ def test_embedded_pair_is_small_enough_to_ship(pair):
 
 
 @pytest.mark.parametrize("mode", ["chain", "ddtree"])
-def test_speculative_output_equals_ar(runs, mode):
+def test_speculative_output_equals_ar(engine, prompts, runs, mode):
     for i, (a, s) in enumerate(zip(runs["ar"], runs[mode])):
         assert len(a.tokens) == N_GEN
-        assert s.tokens == a.tokens, f"prompt {i}: {mode} diverges from AR"
+        if s.tokens == a.tokens:
+            continue
+        # CPU kernels are batch-invariant: any difference is a bug. ggml-cuda's one-token (AR) and
+        # batched (verify) kernels sum in different orders, so a near-tie may flip there, and only there.
+        j = next(k for k, (x, y) in enumerate(zip(a.tokens, s.tokens)) if x != y)
+        assert DEVICE == "cuda", f"prompt {i}: {mode} diverges from AR at token {j}"
+        row = engine.next_logits(engine.encode_prompt(prompts[i]) + a.tokens[:j])
+        gap = float(row[a.tokens[j]] - row[s.tokens[j]])
+        assert abs(gap) <= CUDA_NEAR_TIE, f"prompt {i}: {mode} diverges from AR at token {j}, logit gap {gap:.4f}"
 
 
 def test_acceptance_lengths_hold(runs):

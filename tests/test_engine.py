@@ -34,6 +34,13 @@ ENGINE_OPTS = dict(device=DEVICE, n_threads=1, max_ctx=512, **({"kv": "f32"} if 
 E_MISMATCH = -5
 N_TEXT_TOKENS = 598  # ids below this are ordinary BPE tokens in the tiny tokenizer
 AR_LEN = 128         # AR reference length per prompt: covers every request + one block
+# Draft log-probs of a reused vs a fresh cache: bit-equal features on CPU; on CUDA the captured
+# target features come from differently batched kernels and the BF16 draft rounds its inputs to
+# bf16 (one bf16 ulp is 0.4%), so the same proposals differ in the third decimal of their log-probs.
+DRAFT_LOGP_TOL = 0.0 if DEVICE == "cpu" else 0.1
+# the largest AR top-two logit gap at which a CUDA speculative run may leave AR's path, per KV type
+# (see test_target.CUDA_NEAR_TIE: quantized KV is read by different methods for 1 and n queries)
+CUDA_NEAR_TIE = {"f32": 1e-3, "f16": 0.05, "q8_0": 0.25, "q4_0": 0.5}
 
 
 def make_prompt(n: int, seed: int = 0) -> list[int]:
@@ -230,12 +237,34 @@ def test_prefix_reuse_equals_fresh(engine, ar, mode):
     fresh = engine.generate(p2, 40, mode=mode, ignore_eos=True, drafter=d_fresh)
     assert fresh.stats.prompt_tokens == len(p2)
     assert reused.tokens == fresh.tokens == want[:40]
-    assert reused.stats.accept_lengths == fresh.stats.accept_lengths
-    assert len(d_reused.calls) == len(d_fresh.calls)
-    for a, b in zip(d_reused.calls, d_fresh.calls):
+    if DEVICE == "cpu":  # on CUDA a near-tie swap in a proposal may reshape the tree
+        assert reused.stats.accept_lengths == fresh.stats.accept_lengths
+        assert len(d_reused.calls) == len(d_fresh.calls)
+    for k, (a, b) in enumerate(zip(d_reused.calls, d_fresh.calls)):
+        if DEVICE != "cpu" and k > 0 and (a.last, a.n_past) != (b.last, b.n_past):
+            break  # the runs took different (equally right) trees from here
         assert (a.last, a.n_past) == (b.last, b.n_past)
-        np.testing.assert_array_equal(a.ids, b.ids)
-        np.testing.assert_allclose(a.logp, b.logp, atol=1e-4)
+        np.testing.assert_allclose(a.logp, b.logp, atol=DRAFT_LOGP_TOL)
+        # ids in the same order, except that candidates whose log-probs are within the tolerance
+        # may trade places
+        gaps = np.abs(np.diff(b.logp, axis=1)) <= DRAFT_LOGP_TOL
+        near_tie = np.zeros(b.ids.shape, bool)
+        near_tie[:, 1:] |= gaps
+        near_tie[:, :-1] |= gaps
+        assert not ((a.ids != b.ids) & ~near_tie).any(), f"proposals differ away from ties:\n{a.ids}\n{b.ids}"
+
+
+def test_next_logits_is_what_ar_picks_from(engine, ar):
+    prompt = make_prompt(15, seed=9)
+    want = ar(prompt)
+    row = engine.next_logits(prompt)
+    assert row.shape == (engine.info["n_vocab"],) and np.isfinite(row).all()
+    assert int(row.argmax()) == want[0]
+    # the cache now holds the prompt: generating from it prefills nothing
+    g = engine.generate(prompt, 5, mode="ar", ignore_eos=True)
+    assert g.stats.prompt_tokens == 0 and g.tokens == want[:5]
+    with pytest.raises(ValueError, match="empty"):
+        engine.next_logits([])
 
 
 def test_same_prompt_again_prefills_nothing(engine, ar):
@@ -259,20 +288,36 @@ def test_shorter_prompt_after_longer_restarts(engine, ar):
 @pytest.mark.parametrize("outtype,kv,opts", [("q8_0", "q8_0", {}), ("f16", "q4_0", {"ubatch": 16}),
                                              ("f32", "f16", {"max_tree": 8})])
 def test_lossless_with_quantized_caches_and_limits(tiny_gguf, tiny_draft_dirs, outtype, kv, opts):
-    # Lossless is exact for every weight and KV type (AR from the same engine is the oracle), with
-    # a prompt prefilled in many micro-batches, and with a budget capped by max_tree.
+    # Lossless is exact for every weight and KV type on CPU (AR from the same engine is the oracle),
+    # with a prompt prefilled in many micro-batches, and with a budget capped by max_tree. On CUDA
+    # the one-token and batched kernels round quantized weights / KV differently: the outputs may
+    # part at a near-tie (checked), which also ends what a scripted drafter can be held to.
     prompt = make_prompt(70, seed=21)
+    exact = DEVICE == "cpu" or (outtype, kv) == ("f32", "f32")
     with Engine(tiny_gguf[outtype], draft=tiny_draft_dirs["bf16"], **dict(ENGINE_OPTS, kv=kv, **opts)) as e:
         want = e.generate(prompt, 80, mode="ar", ignore_eos=True).tokens
         budget = min(22, e.info["max_tree"] - 1)
         for mode, chain_seed in (("ddtree", True), ("ddtree", False), ("chain", True)):
-            d = Oracle(prompt + want, e.info["n_vocab"], noisy_rank(7))
+            if exact:
+                d = Oracle(prompt + want, e.info["n_vocab"], noisy_rank(7))
+                e.reset()
+                g = e.generate(prompt, 60, mode=mode, top_k=4, chain_seed=chain_seed, ignore_eos=True, drafter=d)
+                assert g.tokens == want[:60]
+                assert g.stats.accept_lengths == expected_als(d.calls, prompt + want, mode, budget, chain_seed, 60)
             e.reset()
-            g = e.generate(prompt, 60, mode=mode, top_k=4, chain_seed=chain_seed, ignore_eos=True, drafter=d)
-            assert g.tokens == want[:60]
-            assert g.stats.accept_lengths == expected_als(d.calls, prompt + want, mode, budget, chain_seed, 60)
-            e.reset()
-            assert e.generate(prompt, 40, mode=mode, ignore_eos=True).tokens == want[:40]
+            got = e.generate(prompt, 40, mode=mode, chain_seed=chain_seed, ignore_eos=True).tokens
+            assert_same_or_near_tie(e, prompt, got, want[:40], CUDA_NEAR_TIE[kv])
+
+
+def assert_same_or_near_tie(e: Engine, prompt: list[int], got: list[int], want: list[int], tol: float) -> None:
+    """got == want, or (CUDA only) they first part where want's top-two logits are within tol."""
+    if got == want:
+        return
+    j = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))
+    assert DEVICE == "cuda" and j < min(len(got), len(want)), f"output differs from AR at token {j}"
+    row = e.next_logits(prompt + want[:j])
+    gap = float(row[want[j]] - row[got[j]])
+    assert abs(gap) <= tol, f"output differs from AR at token {j} where AR's logit gap is {gap:.4f}"
 
 
 @pytest.mark.parametrize("block_size", [2, 5, 33])

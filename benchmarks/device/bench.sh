@@ -44,9 +44,3 @@ python3 benchmarks/step_bench.py --target "$T" --kv q8_0 --n-gen 64 2>&1 | tail 
 
 log "tree ops"
 "$BUILD/tree_ops_check" bench --backend cuda 2>&1
-
-if [ -f lucebox/models/default/target.gguf ]; then  # the embedded pair: real acceptance
-    log "embedded default pair: AR vs chain vs DDTree"
-    python3 -m lucebox bench --device cuda --n-gen 128 --chain \
-        --json "$OUT/tiny_pair.json" 2>&1
-fi

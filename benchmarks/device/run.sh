@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
-#   bash benchmarks/device/run.sh [stage...]     stages: synth build test bench profile all (default: all)
+#   bash benchmarks/device/run.sh [stage...]     stages: synth build test bench pair profile all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -46,8 +46,11 @@ stage_test() {
     local tests=${LUCEBOX_DEVICE_TESTS:-"tests/test_tree_ops.py tests/test_target.py tests/test_native_errors.py
         tests/test_draft.py tests/test_engine.py tests/test_default_pair.py"}
     # shellcheck disable=SC2086
+    export LUCEBOX_TEST_CACHE="$WORK/tiny-models"  # the tiny random models, shared with backend_diff
     timeout "${LUCEBOX_TEST_TIMEOUT:-300}" python3 -m pytest -q -rf $tests 2>&1 | tee "$OUT/tests.log" \
         | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300
+    log "CUDA vs CPU logits on the tiny target"
+    timeout 120 python3 benchmarks/device/backend_diff.py --cache "$LUCEBOX_TEST_CACHE" 2>&1 | grep -v "^\[trans"
 }
 
 stage_profile() {
@@ -71,6 +74,12 @@ stage_bench() {
     bash benchmarks/device/bench.sh "$BUILD" "$WORK" "$OUT"
 }
 
+stage_pair() {
+    log "embedded default pair: AR vs chain vs DDTree (real acceptance)"
+    export LUCEBOX_LIB="$BUILD/liblucebox.so"
+    python3 -m lucebox bench --device cuda --n-gen 128 --chain --json "$OUT/tiny_pair.json" 2>&1
+}
+
 setup_python
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 
 stages=("$@")
@@ -86,8 +95,9 @@ for s in "${stages[@]}"; do
             wait_synth
             # benchmarks before tests: on a short lease the numbers matter most
             [ $rc = 0 ] && { stage_bench || rc=1; }
+            [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|test|bench|profile) "stage_$s" || rc=1 ;;
+        build|test|bench|pair|profile) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

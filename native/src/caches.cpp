@@ -4,6 +4,8 @@
 #include "error.hpp"
 #include "ggml-alloc.h"
 
+#include <numeric>
+
 namespace lb {
 
 namespace {
@@ -19,13 +21,19 @@ ggml_backend_buffer_t alloc_or_throw(ggml_context * ctx, ggml_backend_t backend,
     return buf;
 }
 
-// A [row_elems, rows] tensor of `type` whose row stride is padded to 16 bytes.
+// A [row_elems, rows] tensor of `type` whose row stride is padded to a multiple of 16 bytes and
+// of the type's block size: ggml-cuda's flash attention reads 16-byte aligned f16 rows, and
+// dequantizes strided quantized K/V with strides counted in whole blocks (a 136-byte Q8_0 row
+// padded to 144 would be read as 4 blocks of 34 bytes, then wrong from the second row on).
+// One spare row at the end: ggml sizes a tensor as its last row's bytes, not a padded stride,
+// and the F32 alias that moves whole rows (cache_init) must stay inside the allocation.
 ggml_tensor * new_padded_rows(ggml_context * ctx, ggml_type type, int64_t row_elems, int64_t rows) {
-    ggml_tensor * t = ggml_new_tensor_2d(ctx, type, row_elems, rows);
+    ggml_tensor * t = ggml_new_tensor_2d(ctx, type, row_elems, rows + 1);
     const size_t row = ggml_row_size(type, row_elems);
-    const size_t padded = (row + 15) / 16 * 16;
+    const size_t align = std::lcm(ggml_type_size(type), size_t(16));
+    const size_t padded = (row + align - 1) / align * align;
     t->nb[1] = padded;
-    t->nb[2] = padded * size_t(rows);
+    t->nb[2] = padded * size_t(rows + 1);
     t->nb[3] = t->nb[2];
     return t;
 }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
-#   bash benchmarks/device/run.sh [stage...]     stages: synth build test bench pair profile all (default: all)
+#   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels test bench pair profile all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -53,6 +53,15 @@ stage_test() {
     timeout 120 python3 benchmarks/device/backend_diff.py --cache "$LUCEBOX_TEST_CACHE" 2>&1 | grep -v "^\[trans"
 }
 
+stage_kernels() {
+    log "small-batch K-quant kernels: exactness, batch invariance, bandwidth (lbq_check)"
+    nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu \
+        -o "$WORK/lbq_check" >"$OUT/lbq.txt" 2>&1 && "$WORK/lbq_check" >>"$OUT/lbq.txt" 2>&1
+    local rc=$?
+    grep -E "FAIL|bench" "$OUT/lbq.txt"
+    return $rc
+}
+
 stage_profile() {
     log "per-kernel profile of the decode stages (27B-shaped synthetic pair)"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
@@ -91,13 +100,17 @@ for s in "${stages[@]}"; do
             # the synthetic 27B files are written while the CUDA code compiles
             bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 &
             synth_pid=$!
+            stage_kernels >"$WORK/kernels.log" 2>&1 &
+            kernels_pid=$!
             stage_build || rc=1
             wait_synth
+            wait "$kernels_pid" || rc=1
+            cat "$WORK/kernels.log"
             # benchmarks before tests: on a short lease the numbers matter most
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|test|bench|pair|profile) "stage_$s" || rc=1 ;;
+        build|kernels|test|bench|pair|profile) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

@@ -1,7 +1,8 @@
-// Standalone check of the small-batch K-quant kernels (lbq_kernels.cuh beside this file):
-// results against a CPU dequantize-and-multiply reference, batch invariance (a column computes to the
-// same bits alone and in a batch), and weight bandwidth at decode shapes.
-//   nvcc -O3 -arch=sm_90 -std=c++17 benchmarks/kernels/lbq_check.cu -o lbq_check && ./lbq_check
+// Standalone check of the small-batch K-quant kernels that patch 0006 adds to ggml-cuda
+// (src/ggml-cuda/lbq-kernels.cuh in the materialized tree): results against a CPU dequantize-and-multiply
+// reference, batch invariance (a column computes to the same bits alone and in a batch), and weight
+// bandwidth at decode shapes for both block heights.
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -12,7 +13,7 @@
 #include <random>
 #include <vector>
 
-#include "lbq_kernels.cuh"
+#include "lbq-kernels.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); std::exit(1); } } while (0)
@@ -85,9 +86,11 @@ struct Dev {
     uint8_t * w = nullptr; float * x = nullptr; float * y = nullptr; __half * xp = nullptr;
 };
 
+static int g_n_sm = 132;
+
 static void run(Kind k, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes, cudaStream_t st) {
-    if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, st);
-    else lbq::launch<Kind::Q6_K>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, st);
+    if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, g_n_sm, st);
+    else lbq::launch<Kind::Q6_K>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, g_n_sm, st);
 }
 
 static int check(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
@@ -142,12 +145,7 @@ static int check(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
 
 template <Kind K, int MT>
 static void run_mt(const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
-    switch ((n + 7) / 8) {
-        case 1: lbq::launch_nt<K, 1, MT>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, 0); break;
-        case 2: lbq::launch_nt<K, 2, MT>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, 0); break;
-        case 3: lbq::launch_nt<K, 3, MT>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, 0); break;
-        default: lbq::launch_nt<K, 4, MT>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, 0); break;
-    }
+    lbq::launch_mt<K, MT>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, 0);
 }
 
 static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
@@ -166,32 +164,34 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     // a 256 MB buffer written between runs keeps the weights out of L2 (50 MB)
     void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
     cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-    for (int mt : {2, 4})
+    for (int mt : {1, 2})
     for (int n : {1, 8, 23, 32}) {
         float best = 1e30f;
         for (int it = 0; it < 12; ++it) {
             CK(cudaMemsetAsync(flush, it, fl));
             cudaEventRecord(a);
-            if (k == Kind::Q4_K) { if (mt == 2) run_mt<Kind::Q4_K, 2>(d, m, kl, n, row_bytes); else run_mt<Kind::Q4_K, 4>(d, m, kl, n, row_bytes); }
-            else { if (mt == 2) run_mt<Kind::Q6_K, 2>(d, m, kl, n, row_bytes); else run_mt<Kind::Q6_K, 4>(d, m, kl, n, row_bytes); }
+            if (k == Kind::Q4_K) { if (mt == 2) run_mt<Kind::Q4_K, 2>(d, m, kl, n, row_bytes); else run_mt<Kind::Q4_K, 1>(d, m, kl, n, row_bytes); }
+            else { if (mt == 2) run_mt<Kind::Q6_K, 2>(d, m, kl, n, row_bytes); else run_mt<Kind::Q6_K, 1>(d, m, kl, n, row_bytes); }
             cudaEventRecord(b);
             CK(cudaEventSynchronize(b));
             float ms; cudaEventElapsedTime(&ms, a, b);
             if (it >= 2) best = std::fmin(best, ms);
         }
-        std::printf("bench %s MT=%d m=%6lld k=%5lld n=%2d: %8.1f us  %6.0f GB/s of weights\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
-                    mt, (long long)m, (long long)kl, n, best * 1e3, wbytes / (best * 1e-3) / 1e9);
+        std::printf("bench %s rows/block=%2d m=%6lld k=%5lld n=%2d: %8.1f us  %6.0f GB/s of weights\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
+                    16 * mt, (long long)m, (long long)kl, n, best * 1e3, wbytes / (best * 1e-3) / 1e9);
     }
     cudaFree(flush); cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp);
 }
 
 int main() {
     std::mt19937 rng(7);
+    CK(cudaDeviceGetAttribute(&g_n_sm, cudaDevAttrMultiProcessorCount, 0));
     int bad = 0;
     bad += check(Kind::Q4_K, 200, 512, rng);    // a partial last block of rows, two super-blocks per warp split
     bad += check(Kind::Q4_K, 64, 2560, rng);
     bad += check(Kind::Q6_K, 136, 768, rng);
     bad += check(Kind::Q6_K, 64, 2304, rng);
+    bad += check(Kind::Q4_K, 9000, 256, rng);   // tall enough for 32-row blocks
     if (bad) { std::printf("FAILED: %d checks\n", bad); }
     // the 27B's decode shapes: ffn gate/up, ffn down, DeltaNet qkv, lm head
     bench(Kind::Q4_K, 17408, 5120, rng);

@@ -41,6 +41,10 @@ DRAFT_LOGP_TOL = 0.0 if DEVICE == "cpu" else 0.1
 # the largest AR top-two logit gap at which a CUDA speculative run may leave AR's path, per KV type
 # (see test_target.CUDA_NEAR_TIE: quantized KV is read by different methods for 1 and n queries)
 CUDA_NEAR_TIE = {"f32": 1e-3, "f16": 0.05, "q8_0": 0.25, "q4_0": 0.5}
+# ... and per weight type: ggml-cuda quantizes activations for Q8_0 weights differently for one
+# column (mmvq) and a batch (mmq); on this random tiny model the two forwards' logits differ by up
+# to ~2 (benchmarks/device/backend_diff.py, H100), so an AR top-two gap of 0.53 was seen to flip.
+CUDA_WEIGHT_NEAR_TIE = {"f32": 0.0, "f16": 0.25, "q8_0": 1.0}
 
 
 def make_prompt(n: int, seed: int = 0) -> list[int]:
@@ -251,6 +255,8 @@ def test_prefix_reuse_equals_fresh(engine, ar, mode):
         near_tie = np.zeros(b.ids.shape, bool)
         near_tie[:, 1:] |= gaps
         near_tie[:, :-1] |= gaps
+        if DEVICE != "cpu":  # the K-th candidate may trade places with an unseen (K+1)-th one
+            near_tie[:, -1] = True
         assert not ((a.ids != b.ids) & ~near_tie).any(), f"proposals differ away from ties:\n{a.ids}\n{b.ids}"
 
 
@@ -306,7 +312,8 @@ def test_lossless_with_quantized_caches_and_limits(tiny_gguf, tiny_draft_dirs, o
                 assert g.stats.accept_lengths == expected_als(d.calls, prompt + want, mode, budget, chain_seed, 60)
             e.reset()
             got = e.generate(prompt, 40, mode=mode, chain_seed=chain_seed, ignore_eos=True).tokens
-            assert_same_or_near_tie(e, prompt, got, want[:40], CUDA_NEAR_TIE[kv])
+            tol = max(CUDA_NEAR_TIE[kv], CUDA_WEIGHT_NEAR_TIE[outtype])
+            assert_same_or_near_tie(e, prompt, got, want[:40], tol)
 
 
 def assert_same_or_near_tie(e: Engine, prompt: list[int], got: list[int], want: list[int], tol: float) -> None:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
-#   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels test bench pair profile all (default: all)
+#   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -33,7 +33,7 @@ stage_build() {
         >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; return 1; }
     local t0=$SECONDS
     # -k 0: a failing baseline build must not stop ours (and vice versa); checked below.
-    cmake --build "$BUILD" -j "$JOBS" --target all llama-bench -- -k 0 >>"$OUT/build.log" 2>&1 \
+    cmake --build "$BUILD" -j "$JOBS" --target ${LUCEBOX_BUILD_TARGETS:-all llama-bench} -- -k 0 >>"$OUT/build.log" 2>&1 \
         || grep -m5 -B2 -A8 "error" "$OUT/build.log"
     [ -f "$BUILD/liblucebox.so" ] || return 1
     echo "build wall $((SECONDS - t0)) s"
@@ -59,6 +59,17 @@ stage_kernels() {
         -o "$WORK/lbq_check" >"$OUT/lbq.txt" 2>&1 && "$WORK/lbq_check" >>"$OUT/lbq.txt" 2>&1
     local rc=$?
     grep -E "FAIL|bench" "$OUT/lbq.txt"
+    return $rc
+}
+
+stage_mulmat() {
+    log "quantized mat-mul through ggml-cuda vs the CPU backend (mul_mat_check)"
+    local rc=0 mode
+    for mode in 1 2; do
+        echo "GGML_CUDA_LBQ=$mode"
+        GGML_CUDA_LBQ=$mode "$BUILD/mul_mat_check" >"$OUT/mul_mat_check_$mode.txt" 2>&1 || rc=1
+        grep -E "FAIL|all ok|FAILED" "$OUT/mul_mat_check_$mode.txt"
+    done
     return $rc
 }
 
@@ -103,6 +114,7 @@ for s in "${stages[@]}"; do
             stage_kernels >"$WORK/kernels.log" 2>&1 &
             kernels_pid=$!
             stage_build || rc=1
+            [ $rc = 0 ] && { stage_mulmat || rc=1; }
             wait_synth
             wait "$kernels_pid" || rc=1
             cat "$WORK/kernels.log"
@@ -110,7 +122,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|test|bench|pair|profile) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

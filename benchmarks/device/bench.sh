@@ -46,9 +46,6 @@ for mode in 0 2; do
         --steps 10 --copy-gbs "$COPY_GBS" 2>&1 | grep "^|"
 done
 
-log "logits with and without the small-batch K-quant kernel"
-python3 benchmarks/device/lbq_diff.py --target "$T" 2>&1 | grep "^|"
-
 if [ "${LUCEBOX_BENCH_FULL:-1}" = 1 ]; then
     log "lucebox AR with a Q8_0 KV cache (head size 256)"
     python3 benchmarks/step_bench.py --target "$T" --kv q8_0 --n-gen 64 2>&1 | tail -3

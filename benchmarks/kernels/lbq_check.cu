@@ -1,11 +1,12 @@
 // Standalone check of the small-batch K-quant kernels that patch 0006 adds to ggml-cuda
 // (src/ggml-cuda/lbq-kernels.cuh in the materialized tree): results against a CPU dequantize-and-multiply
 // reference, batch invariance (a column computes to the same bits alone and in a batch), and weight
-// bandwidth at decode shapes for both block heights.
+// bandwidth at decode shapes. Correctness runs with k split 1..3 and the shape's own plan.
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -83,20 +84,27 @@ static void dequant_row(Kind k, const uint8_t * row, int64_t kl, float * out) {
 }
 
 struct Dev {
-    uint8_t * w = nullptr; float * x = nullptr; float * y = nullptr; __half * xp = nullptr;
+    uint8_t * w = nullptr; float * x = nullptr; float * y = nullptr; __half * xp = nullptr; float * part = nullptr;
 };
 
 static int g_n_sm = 132;
 
-static void run(Kind k, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes, cudaStream_t st) {
-    if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, g_n_sm, st);
-    else lbq::launch<Kind::Q6_K>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, g_n_sm, st);
+static void run(Kind k, const lbq::Plan & p, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
+    if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(p, d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.part, d.y, m, 0);
+    else lbq::launch<Kind::Q6_K>(p, d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.part, d.y, m, 0);
 }
 
-static int check(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
+static float * alloc_part(const lbq::Plan & p, int64_t m) {
+    float * part; CK(cudaMalloc(&part, size_t(std::max<int64_t>(1, lbq::part_floats(p, int(m), 32))) * 4)); return part;
+}
+
+static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & rng) {
     const int bb = k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes;
-    const int64_t row_bytes = kl / 256 * bb;
-    std::vector<uint8_t> w = random_blocks(k, m, kl, rng);
+    // row_pad > 0 puts rows at a stride that is not a whole number of blocks (Q6_K: 2-byte aligned rows)
+    const int64_t row_bytes = kl / 256 * bb + row_pad;
+    std::vector<uint8_t> packed = random_blocks(k, m, kl, rng);
+    std::vector<uint8_t> w(size_t(m * row_bytes), 0);
+    for (int64_t r = 0; r < m; ++r) std::memcpy(&w[size_t(r * row_bytes)], &packed[size_t(r * (kl / 256) * bb)], size_t(kl / 256 * bb));
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x(static_cast<size_t>(32 * kl));
     for (auto & v : x) v = nd(rng);
@@ -116,36 +124,37 @@ static int check(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     int bad = 0;
-    std::vector<float> col0_alone;
-    for (int n : {1, 2, 7, 8, 9, 16, 23, 32}) {
-        CK(cudaMemset(d.y, 0xff, ref.size() * 4));
-        run(k, d, m, kl, n, row_bytes, 0);
-        CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
-        std::vector<float> y(static_cast<size_t>(n * m));
-        CK(cudaMemcpy(y.data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
-        double maxd = 0, maxr = 0;
-        for (int c = 0; c < n; ++c)
-            for (int64_t r = 0; r < m; ++r) {
-                maxd = std::fmax(maxd, std::fabs(y[size_t(c * m + r)] - ref[size_t(c * m + r)]));
-                maxr = std::fmax(maxr, std::fabs(ref[size_t(c * m + r)]));
-            }
-        const double rel = maxd / maxr;
-        bool inv = true;
-        if (n == 1) col0_alone.assign(y.begin(), y.begin() + m);
-        else inv = std::memcmp(col0_alone.data(), y.data(), size_t(m) * 4) == 0;
-        const bool ok = rel < 3e-3 && inv && std::isfinite(rel);
-        bad += !ok;
-        std::printf("check %s m=%lld k=%lld n=%2d: max rel err %.2e, column 0 bitwise equal to n=1: %s %s\n",
-                    k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, n, rel, inv ? "yes" : "NO",
-                    ok ? "ok" : "FAIL");
+    for (int split : {1, 2, 3, 0}) {
+        const lbq::Plan plan = split ? lbq::Plan{split} : lbq::plan(int(m), int(kl), g_n_sm);
+        if (plan.n_split > kl / 256) continue;
+        d.part = alloc_part(plan, m);
+        std::vector<float> col0_alone;
+        for (int n : {1, 2, 7, 8, 9, 16, 23, 32}) {
+            CK(cudaMemset(d.y, 0xff, ref.size() * 4));
+            run(k, plan, d, m, kl, n, row_bytes);
+            CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+            std::vector<float> y(static_cast<size_t>(n * m));
+            CK(cudaMemcpy(y.data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
+            double maxd = 0, maxr = 0;
+            for (int c = 0; c < n; ++c)
+                for (int64_t r = 0; r < m; ++r) {
+                    maxd = std::fmax(maxd, std::fabs(y[size_t(c * m + r)] - ref[size_t(c * m + r)]));
+                    maxr = std::fmax(maxr, std::fabs(ref[size_t(c * m + r)]));
+                }
+            const double rel = maxd / maxr;
+            bool inv = true;
+            if (n == 1) col0_alone.assign(y.begin(), y.begin() + m);
+            else inv = std::memcmp(col0_alone.data(), y.data(), size_t(m) * 4) == 0;
+            const bool ok = rel < 3e-3 && inv && std::isfinite(rel);
+            bad += !ok;
+            std::printf("check %s m=%lld k=%lld row+%lld split=%d n=%2d: max rel err %.2e, column 0 bitwise equal to n=1: %s %s\n",
+                        k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad, plan.n_split, n,
+                        rel, inv ? "yes" : "NO", ok ? "ok" : "FAIL");
+        }
+        cudaFree(d.part);
     }
     cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp);
     return bad;
-}
-
-template <Kind K, int MT>
-static void run_mt(const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
-    lbq::launch_mt<K, MT>(d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.y, m, 0);
 }
 
 static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
@@ -155,6 +164,8 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     Dev d;
     CK(cudaMalloc(&d.w, wbytes)); CK(cudaMalloc(&d.x, size_t(32 * kl * 4))); CK(cudaMalloc(&d.y, size_t(32 * m * 4)));
     CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), 32) * 2));
+    const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm);
+    d.part = alloc_part(plan, m);
     std::vector<uint8_t> w = random_blocks(k, std::min<int64_t>(m, 512), kl, rng);
     for (int64_t r0 = 0; r0 < m; r0 += 512) {
         const int64_t nr = std::min<int64_t>(512, m - r0);
@@ -164,34 +175,33 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     // a 256 MB buffer written between runs keeps the weights out of L2 (50 MB)
     void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
     cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-    for (int mt : {1, 2})
-    for (int n : {1, 8, 23, 32}) {
+    for (int n : {1, 8, 16, 23, 32}) {
         float best = 1e30f;
         for (int it = 0; it < 12; ++it) {
             CK(cudaMemsetAsync(flush, it, fl));
             cudaEventRecord(a);
-            if (k == Kind::Q4_K) { if (mt == 2) run_mt<Kind::Q4_K, 2>(d, m, kl, n, row_bytes); else run_mt<Kind::Q4_K, 1>(d, m, kl, n, row_bytes); }
-            else { if (mt == 2) run_mt<Kind::Q6_K, 2>(d, m, kl, n, row_bytes); else run_mt<Kind::Q6_K, 1>(d, m, kl, n, row_bytes); }
+            run(k, plan, d, m, kl, n, row_bytes);
             cudaEventRecord(b);
             CK(cudaEventSynchronize(b));
             float ms; cudaEventElapsedTime(&ms, a, b);
             if (it >= 2) best = std::fmin(best, ms);
         }
-        std::printf("bench %s rows/block=%2d m=%6lld k=%5lld n=%2d: %8.1f us  %6.0f GB/s of weights\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
-                    16 * mt, (long long)m, (long long)kl, n, best * 1e3, wbytes / (best * 1e-3) / 1e9);
+        std::printf("bench %s split=%d m=%6lld k=%5lld n=%2d: %8.1f us  %6.0f GB/s of weights\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
+                    plan.n_split, (long long)m, (long long)kl, n, best * 1e3, wbytes / (best * 1e-3) / 1e9);
     }
-    cudaFree(flush); cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp);
+    cudaFree(flush); cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp); cudaFree(d.part);
 }
 
 int main() {
     std::mt19937 rng(7);
     CK(cudaDeviceGetAttribute(&g_n_sm, cudaDevAttrMultiProcessorCount, 0));
     int bad = 0;
-    bad += check(Kind::Q4_K, 200, 512, rng);    // a partial last block of rows, two super-blocks per warp split
-    bad += check(Kind::Q4_K, 64, 2560, rng);
-    bad += check(Kind::Q6_K, 136, 768, rng);
-    bad += check(Kind::Q6_K, 64, 2304, rng);
-    bad += check(Kind::Q4_K, 9000, 256, rng);   // tall enough for 32-row blocks
+    bad += check(Kind::Q4_K, 200, 512, 0, rng);    // a partial last block of rows
+    bad += check(Kind::Q4_K, 64, 2560, 0, rng);
+    bad += check(Kind::Q6_K, 136, 768, 0, rng);
+    bad += check(Kind::Q6_K, 300, 2304, 0, rng);
+    bad += check(Kind::Q6_K, 130, 1280, 6, rng);   // rows 2-byte aligned only
+    bad += check(Kind::Q4_K, 9000, 256, 0, rng);   // many row blocks, one super-block
     if (bad) { std::printf("FAILED: %d checks\n", bad); }
     // the 27B's decode shapes: ffn gate/up, ffn down, DeltaNet qkv, lm head
     bench(Kind::Q4_K, 17408, 5120, rng);

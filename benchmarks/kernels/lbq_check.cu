@@ -192,9 +192,89 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     cudaFree(flush); cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp); cudaFree(d.part);
 }
 
-int main() {
-    std::mt19937 rng(7);
+// Stands in for the small ggml op between two products (a norm, an add): reads the last product's
+// output, writes the next input. Launched and synchronized like ggml's kernels (dependent launch).
+__global__ void glue(const float * y, int64_t m, float * x, int64_t k, int n) {
+    lbq::dep_wait();
+    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) x[int64_t(blockIdx.x) * k + i] = 1e-3f * y[int64_t(blockIdx.x) * m + i % m];
+    lbq::dep_release();
+}
+
+// A 27B DeltaNet layer's products at 23 columns (as verify runs them: in-projections sharing one
+// input, the output projection, the ffn), back to back in a CUDA graph with a glue kernel wherever
+// the real graph has ops in between, over 8 copies of the weights (1.2 GB, past L2). `fused` runs
+// the products that share an input as one taller matrix (qkv|z|beta|alpha, gate|up). All Q4_K.
+static void chain_bench(bool fused) {
+    const int n = 23, n_layers = 8;
+    struct Prod { int64_t m, k; int in, out; };  // in/out: activation buffer 0 (5120), 1 (6144), 2 (17408)
+    static const Prod kFused[] = {{16480, 5120, 0, 1}, {5120, 6144, 1, 0}, {34816, 5120, 0, 2}, {5120, 17408, 2, 0}};
+    static const Prod kSeparate[] = {{10240, 5120, 0, -1}, {6144, 5120, 0, -1}, {48, 5120, 0, -1}, {48, 5120, 0, 1},
+                                     {5120, 6144, 1, 0},   {17408, 5120, 0, -1}, {17408, 5120, 0, 2}, {5120, 17408, 2, 0}};
+    const std::vector<Prod> layer = fused ? std::vector<Prod>(std::begin(kFused), std::end(kFused))
+                                          : std::vector<Prod>(std::begin(kSeparate), std::end(kSeparate));
+    const int64_t ks[3] = {5120, 6144, 17408};
+    float * xs[3];
+    for (int i = 0; i < 3; ++i) { CK(cudaMalloc(&xs[i], size_t(32 * ks[i] * 4))); CK(cudaMemset(xs[i], 0, size_t(32 * ks[i] * 4))); }
+    __half * xp; CK(cudaMalloc(&xp, lbq::xp_halfs(17408, 32) * 2));
+    size_t part_max = 1, wbytes = 0;
+    std::vector<uint8_t *> ws; std::vector<float *> ys; std::vector<lbq::Plan> plans;
+    for (int l = 0; l < n_layers; ++l)
+        for (const Prod & p : layer) {
+            const size_t bytes = size_t(p.m * (p.k / 256) * lbq::kQ4KBytes);
+            uint8_t * w; CK(cudaMalloc(&w, bytes)); CK(cudaMemset(w, 0, bytes)); ws.push_back(w);
+            float * y; CK(cudaMalloc(&y, size_t(32 * p.m * 4))); ys.push_back(y);
+            plans.push_back(lbq::plan(int(p.m), int(p.k), g_n_sm));
+            part_max = std::max<size_t>(part_max, size_t(lbq::part_floats(plans.back(), int(p.m), 32)));
+            wbytes += bytes;
+        }
+    float * part; CK(cudaMalloc(&part, part_max * 4));
+    cudaStream_t st; CK(cudaStreamCreate(&st));
+    auto enqueue = [&] {
+        size_t i = 0;
+        for (int l = 0; l < n_layers; ++l)
+            for (const Prod & p : layer) {
+                lbq::launch<Kind::Q4_K>(plans[i], ws[i], p.k / 256 * lbq::kQ4KBytes, int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
+                                        ys[i], p.m, st);
+                if (p.out >= 0) {
+                    lbq::launch_dep(true, glue, dim3(n), dim3(256), 0, st, static_cast<const float *>(ys[i]), p.m, xs[p.out],
+                                    ks[p.out], n);
+                }
+                ++i;
+            }
+    };
+    cudaGraph_t g; cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+    enqueue();
+    CK(cudaStreamEndCapture(st, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+    float best = 1e30f;
+    for (int it = 0; it < 12; ++it) {
+        cudaEventRecord(a, st);
+        CK(cudaGraphLaunch(ge, st));
+        cudaEventRecord(b, st);
+        CK(cudaEventSynchronize(b));
+        float ms; cudaEventElapsedTime(&ms, a, b);
+        if (it >= 2) best = std::fmin(best, ms);
+    }
+    const char * env = std::getenv("GGML_CUDA_PDL");
+    std::printf("chain %s (dependent launch %s): %zu launches of products, %.1f us per layer, %.0f GB/s of weights\n",
+                fused ? "fused   " : "separate", env && std::atoi(env) == 0 ? "off" : "on", ws.size(), best * 1e3 / n_layers,
+                wbytes / (best * 1e-3) / 1e9);
+    for (auto w : ws) cudaFree(w);
+    for (auto y : ys) cudaFree(y);
+    for (auto x : xs) cudaFree(x);
+    cudaFree(xp); cudaFree(part); cudaGraphExecDestroy(ge); cudaGraphDestroy(g); cudaStreamDestroy(st);
+}
+
+int main(int argc, char ** argv) {
     CK(cudaDeviceGetAttribute(&g_n_sm, cudaDevAttrMultiProcessorCount, 0));
+    if (argc > 1 && std::strcmp(argv[1], "chain") == 0) {
+        chain_bench(false);
+        chain_bench(true);
+        return 0;
+    }
+    std::mt19937 rng(7);
     int bad = 0;
     bad += check(Kind::Q4_K, 200, 512, 0, rng);    // a partial last block of rows
     bad += check(Kind::Q4_K, 64, 2560, 0, rng);
@@ -209,5 +289,7 @@ int main() {
     bench(Kind::Q6_K, 5120, 17408, rng);
     bench(Kind::Q6_K, 10240, 5120, rng);
     bench(Kind::Q6_K, 248320, 5120, rng);
+    chain_bench(false);
+    chain_bench(true);
     return bad ? 1 : 0;
 }

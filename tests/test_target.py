@@ -195,6 +195,48 @@ def test_file_with_mtp_block_loads_and_matches(tiny_gguf, f32_engine, tmp_path):
         assert rel_err(prefill_logits(h, toks), ref) <= SELF_TOL
 
 
+# --- matrices of mixed storage types ---------------------------------------------------------
+
+def retype(src, dst, as_f16):
+    """Copy of src with the tensors named in as_f16 stored as F16 (the rest as they were)."""
+    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+
+    reader = GGUFReader(src)
+    writer = GGUFWriter(str(dst), "qwen35")
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        sub_type = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(name, field.contents(), field.types[0], sub_type)
+    for t in reader.tensors:
+        data = np.asarray(t.data)
+        writer.add_tensor(t.name, data.astype(np.float16) if t.name in as_f16 else data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return dst
+
+
+def test_mixed_types_split_the_stacked_matrices(tiny_gguf, f32_engine, tmp_path):
+    # The loader stacks matrices that share an input (qkv|z|beta|alpha, q|k|v, gate|up) per run of
+    # one storage type; F16 members here cut those runs at the start, middle and end.
+    from gguf import GGUFReader
+
+    names = {t.name for t in GGUFReader(tiny_gguf["f32"]).tensors}
+    recurrent = sorted(int(n.split(".")[1]) for n in names if n.endswith("attn_qkv.weight"))
+    attn = sorted(int(n.split(".")[1]) for n in names if n.endswith("attn_q.weight"))
+    as_f16 = {f"blk.{recurrent[0]}.attn_qkv.weight", f"blk.{recurrent[1]}.ssm_beta.weight",
+              f"blk.{recurrent[-1]}.ssm_alpha.weight", f"blk.{attn[0]}.attn_k.weight",
+              f"blk.{recurrent[0]}.ffn_up.weight"}
+    path = retype(tiny_gguf["f32"], tmp_path / "mixed.gguf", as_f16)
+    toks = np.random.default_rng(5).integers(0, f32_engine.info()["n_vocab"], 40, dtype=np.int32)
+    ref = prefill_logits(f32_engine, toks)
+    with closing(engine(path, kv_type="f32", ubatch=32)) as h:
+        # F16 rounding of five matrices moves the logits a little; a misplaced row range would not
+        assert rel_err(prefill_logits(h, toks), ref) <= 2e-2
+
+
 # --- verify / commit vs AR -------------------------------------------------------------------
 
 def random_tree(rng, n, n_vocab):

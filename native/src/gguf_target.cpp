@@ -8,6 +8,7 @@
 
 #include <sys/mman.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "backend.hpp"
@@ -57,12 +58,16 @@ public:
 
 private:
     ggml_tensor * need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required = true);
+    std::vector<ggml_tensor *> need_stacked(const std::string & prefix,
+                                            const std::vector<std::pair<std::string, std::vector<int64_t>>> & members);
+    int64_t check_tensor(const std::string & name, std::vector<int64_t> & ne, bool must_be_f32, bool required);
 
     GgufFile & f_;
     TargetModel & m_;
     // per created tensor: its GGUF index and whether it needs an F32 conversion on upload
     struct Source { ggml_tensor * t; int64_t gguf_id; bool convert; };
     std::vector<Source> sources_;
+    void set_data(const Source & s);
 };
 
 TargetHparams read_hparams(const GgufFile & f) {
@@ -146,11 +151,13 @@ TargetHparams read_hparams(const GgufFile & f) {
     return hp;
 }
 
-ggml_tensor * TensorLoader::need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required) {
+// The GGUF index of tensor `name` after checking its shape (ne, padded to 4 dims here) and type;
+// -1 when it is absent and not required.
+int64_t TensorLoader::check_tensor(const std::string & name, std::vector<int64_t> & ne, bool must_be_f32, bool required) {
     const int64_t id = f_.find_tensor(name);
     if (id < 0) {
         check(!required, LB_E_FORMAT, f_.where() + " is missing tensor '" + name + "'; re-convert the model");
-        return nullptr;
+        return -1;
     }
     const int64_t * fne = f_.tensor_ne(id);
     ne.resize(GGML_MAX_DIMS, 1);
@@ -161,20 +168,66 @@ ggml_tensor * TensorLoader::need(const std::string & name, std::vector<int64_t> 
         }
     }
     const ggml_type type = f_.tensor_type(id);
-    bool convert = false;
     if (must_be_f32) {
         check(float_type_convertible(type), LB_E_UNSUPPORTED,
               f_.where() + ": tensor '" + name + "' has type " + ggml_type_name(type) + "; lucebox needs F32/F16/BF16 there");
-        convert = type != GGML_TYPE_F32;
     } else {
         check(matrix_type_supported(type), LB_E_UNSUPPORTED,
               f_.where() + ": tensor '" + name + "' has type " + ggml_type_name(type) +
                   ", which lucebox does not run; use a F32/F16/BF16/Q8_0/Q4_0/K-quant/IQ4 GGUF");
     }
+    return id;
+}
+
+ggml_tensor * TensorLoader::need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required) {
+    const int64_t id = check_tensor(name, ne, must_be_f32, required);
+    if (id < 0) return nullptr;
+    const ggml_type type = f_.tensor_type(id);
+    const bool convert = must_be_f32 && type != GGML_TYPE_F32;
     ggml_tensor * t = ggml_new_tensor(m_.ctx, convert ? GGML_TYPE_F32 : type, GGML_MAX_DIMS, ne.data());
     ggml_set_name(t, name.c_str());
     sources_.push_back({t, id, convert});
     return t;
+}
+
+// Matrices that multiply one input (members: name, [ne0, rows]). Each run of consecutive members
+// with one storage type becomes row ranges (views) of one stacked matrix, so a single product
+// serves the run (project() in matmul.hpp): fewer, taller mat-muls, which a GPU runs much closer to
+// its bandwidth. A member whose type differs from its neighbours' stands alone.
+std::vector<ggml_tensor *> TensorLoader::need_stacked(
+    const std::string & prefix, const std::vector<std::pair<std::string, std::vector<int64_t>>> & members) {
+    std::vector<int64_t> ids;
+    for (const auto & mem : members) {
+        std::vector<int64_t> ne = mem.second;
+        ids.push_back(check_tensor(mem.first, ne, false, true));
+    }
+    std::vector<ggml_tensor *> out;
+    for (size_t i = 0; i < members.size();) {
+        const ggml_type type = f_.tensor_type(ids[i]);
+        size_t j = i + 1;
+        while (j < members.size() && f_.tensor_type(ids[j]) == type) ++j;
+        if (j - i == 1) {
+            out.push_back(need(members[i].first, members[i].second, false));
+            i = j;
+            continue;
+        }
+        int64_t rows = 0;
+        for (size_t k = i; k < j; ++k) rows += members[k].second[1];
+        const int64_t ne0 = members[i].second[0];
+        ggml_tensor * stack = ggml_new_tensor_2d(m_.ctx, type, ne0, rows);
+        ggml_set_name(stack, (prefix + "stack" + std::to_string(i)).c_str());
+        int64_t row0 = 0;
+        for (size_t k = i; k < j; ++k) {
+            const int64_t r = members[k].second[1];
+            ggml_tensor * v = ggml_view_2d(m_.ctx, stack, ne0, r, stack->nb[1], size_t(row0) * stack->nb[1]);
+            ggml_set_name(v, members[k].first.c_str());
+            sources_.push_back({v, ids[k], false});
+            out.push_back(v);
+            row0 += r;
+        }
+        i = j;
+    }
+    return out;
 }
 
 void TensorLoader::create_tensors() {
@@ -183,7 +236,7 @@ void TensorLoader::create_tensors() {
     check(id_embd >= 0, LB_E_FORMAT, f_.where() + " is missing tensor 'token_embd.weight'; re-convert the model");
     m_.hp.n_vocab = int32_t(f_.tensor_ne(id_embd)[1]);
 
-    ggml_init_params ip = {ggml_tensor_overhead() * size_t(16 + 20 * hp.n_layer), nullptr, true};
+    ggml_init_params ip = {ggml_tensor_overhead() * size_t(16 + 24 * hp.n_layer), nullptr, true};
     m_.ctx = ggml_init(ip);
     check(m_.ctx != nullptr, LB_E_OOM, "cannot create the target's tensor context");
 
@@ -201,25 +254,31 @@ void TensorLoader::create_tensors() {
         L.recurrent = hp.recurrent[size_t(il)];
         L.attn_norm = need(p + "attn_norm.weight", {E}, true);
         L.post_norm = need(p + "post_attention_norm.weight", {E}, true);
-        L.ffn_gate = need(p + "ffn_gate.weight", {E, F}, false);
-        L.ffn_up = need(p + "ffn_up.weight", {E, F}, false);
+        const auto gate_up = need_stacked(p, {{p + "ffn_gate.weight", {E, F}}, {p + "ffn_up.weight", {E, F}}});
+        L.ffn_gate = gate_up[0];
+        L.ffn_up = gate_up[1];
         L.ffn_down = need(p + "ffn_down.weight", {F, E}, false);
         if (L.recurrent) {
             const int64_t C = hp.conv_channels(), Dv = hp.value_dim(), Hv = hp.n_v_heads;
-            L.wqkv = need(p + "attn_qkv.weight", {E, C}, false);
-            L.wz = need(p + "attn_gate.weight", {E, Dv}, false);
+            const auto in = need_stacked(p, {{p + "attn_qkv.weight", {E, C}}, {p + "attn_gate.weight", {E, Dv}},
+                                             {p + "ssm_beta.weight", {E, Hv}}, {p + "ssm_alpha.weight", {E, Hv}}});
+            L.wqkv = in[0];
+            L.wz = in[1];
+            L.ssm_beta = in[2];
+            L.ssm_alpha = in[3];
             L.conv1d = need(p + "ssm_conv1d.weight", {hp.d_conv, C}, true);
             L.ssm_dt = need(p + "ssm_dt.bias", {Hv}, true);
             L.ssm_a = need(p + "ssm_a", {Hv}, true);
-            L.ssm_beta = need(p + "ssm_beta.weight", {E, Hv}, false);
-            L.ssm_alpha = need(p + "ssm_alpha.weight", {E, Hv}, false);
             L.ssm_norm = need(p + "ssm_norm.weight", {hp.head_v_dim}, true);
             L.ssm_out = need(p + "ssm_out.weight", {Dv, E}, false);
         } else {
             const int64_t D = hp.head_dim;
-            L.wq = need(p + "attn_q.weight", {E, 2 * D * hp.n_head}, false);
-            L.wk = need(p + "attn_k.weight", {E, D * hp.n_head_kv}, false);
-            L.wv = need(p + "attn_v.weight", {E, D * hp.n_head_kv}, false);
+            const auto in = need_stacked(p, {{p + "attn_q.weight", {E, 2 * D * hp.n_head}},
+                                             {p + "attn_k.weight", {E, D * hp.n_head_kv}},
+                                             {p + "attn_v.weight", {E, D * hp.n_head_kv}}});
+            L.wq = in[0];
+            L.wk = in[1];
+            L.wv = in[2];
             L.wo = need(p + "attn_output.weight", {D * hp.n_head, E}, false);
             L.q_norm = need(p + "attn_q_norm.weight", {D}, true);
             L.k_norm = need(p + "attn_k_norm.weight", {D}, true);
@@ -244,37 +303,43 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
     auto src_ptr = [&](const Source & s) { return (const char *) f_.tensor_data(s.gguf_id); };
 
     if (backend_is_cpu) {
-        // Zero copy: tensors point into the mapping; only converted ones get their own buffer.
+        // Zero copy: tensors point into the mapping. Converted tensors and stacked matrices (whose
+        // members are not adjacent in the file) get memory of their own, then their data.
         m_.map = f_.adopt_map(&m_.map_size);
         ggml_backend_buffer_t map_buf = ggml_backend_cpu_buffer_from_ptr(m_.map, m_.map_size);
         check(map_buf != nullptr, LB_E_OOM, "cannot wrap the mapped " + f_.where());
         m_.buffers.push_back(map_buf);
         ggml_init_params ip = {ggml_tensor_overhead() * (sources_.size() + 1), nullptr, true};
-        ggml_context * conv_ctx = ggml_init(ip);
-        std::vector<std::pair<ggml_tensor *, const Source *>> converted;
+        ggml_context * own_ctx = ggml_init(ip);
+        std::vector<std::pair<ggml_tensor *, ggml_tensor *>> owned;  // (model tensor, its copy in own_ctx)
+        std::vector<const Source *> copied;                          // sources whose data is set below
         for (const Source & s : sources_) {
-            if (s.convert) {
-                converted.push_back({ggml_dup_tensor(conv_ctx, s.t), &s});
-                continue;
+            if (s.t->view_src) {
+                ggml_tensor * stack = s.t->view_src;
+                const bool seen = std::any_of(owned.begin(), owned.end(), [&](const auto & o) { return o.first == stack; });
+                if (!seen) owned.push_back({stack, ggml_dup_tensor(own_ctx, stack)});
+                copied.push_back(&s);
+            } else if (s.convert) {
+                owned.push_back({s.t, ggml_dup_tensor(own_ctx, s.t)});
+                copied.push_back(&s);
+            } else {
+                const ggml_status st = ggml_backend_tensor_alloc(map_buf, s.t, (void *) src_ptr(s));
+                check(st == GGML_STATUS_SUCCESS, LB_E_BACKEND, "cannot place tensor " + std::string(s.t->name));
             }
-            const ggml_status st = ggml_backend_tensor_alloc(map_buf, s.t, (void *) src_ptr(s));
-            check(st == GGML_STATUS_SUCCESS, LB_E_BACKEND, "cannot place tensor " + std::string(s.t->name));
             m_.weight_bytes += ggml_nbytes(s.t);
         }
-        if (!converted.empty()) {
-            ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(conv_ctx, backend);
-            check(buf != nullptr, LB_E_OOM, "cannot allocate converted target tensors");
+        if (!owned.empty()) {
+            ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(own_ctx, backend);
+            check(buf != nullptr, LB_E_OOM, "cannot allocate the target's stacked and converted tensors");
             m_.buffers.push_back(buf);
-            for (auto & c : converted) {
-                // s.t must own the memory: alias it onto the allocated copy
-                ggml_backend_tensor_alloc(buf, c.second->t, c.first->data);
-                const int64_t id = c.second->gguf_id;
-                const std::vector<float> f = to_f32(src_ptr(*c.second), f_.tensor_type(id),
-                                                    ggml_nelements(c.second->t));
-                ggml_backend_tensor_set(c.second->t, f.data(), 0, ggml_nbytes(c.second->t));
+            // the model tensor must own the memory: alias it onto the allocated copy
+            for (auto & o : owned) ggml_backend_tensor_alloc(buf, o.first, o.second->data);
+            for (const Source * s : copied) {
+                if (s->t->view_src) ggml_backend_view_init(s->t);
+                set_data(*s);
             }
         }
-        ggml_free(conv_ctx);
+        ggml_free(own_ctx);
         return;
     }
 
@@ -286,14 +351,18 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
     }
     m_.buffers.push_back(buf);
     for (const Source & s : sources_) {
-        if (s.convert) {
-            const std::vector<float> f =
-                to_f32(src_ptr(s), f_.tensor_type(s.gguf_id), ggml_nelements(s.t));
-            ggml_backend_tensor_set(s.t, f.data(), 0, ggml_nbytes(s.t));
-        } else {
-            ggml_backend_tensor_set(s.t, src_ptr(s), 0, ggml_nbytes(s.t));
-        }
+        set_data(s);
         m_.weight_bytes += ggml_nbytes(s.t);
+    }
+}
+
+void TensorLoader::set_data(const Source & s) {
+    const char * src = (const char *) f_.tensor_data(s.gguf_id);
+    if (s.convert) {
+        const std::vector<float> f = to_f32(src, f_.tensor_type(s.gguf_id), ggml_nelements(s.t));
+        ggml_backend_tensor_set(s.t, f.data(), 0, ggml_nbytes(s.t));
+    } else {
+        ggml_backend_tensor_set(s.t, src, 0, ggml_nbytes(s.t));
     }
 }
 

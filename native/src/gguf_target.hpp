@@ -101,10 +101,14 @@ struct TargetModel {
     ~TargetModel();
 };
 
-// Reads, validates and uploads the target to `backend`. On the CPU backend the weights stay in
-// the mmapped file (zero copy). Throws Error: LB_E_IO (missing/unreadable), LB_E_FORMAT (not a
-// GGUF, truncated, missing key or tensor, wrong shape), LB_E_UNSUPPORTED (architecture, tensor
-// type, hyperparameters the ops cannot run), LB_E_OOM (device allocation).
+// Reads, validates and uploads the target to `backend`. Matrices that multiply one input (a
+// DeltaNet layer's qkv|z|beta|alpha, an attention layer's q|k|v, gate|up) are stacked per run of
+// one storage type: the layer's tensors are row-range views of one taller matrix, so one product
+// serves them (project() in matmul.hpp). On the CPU backend the other weights stay in the mmapped
+// file (zero copy); stacked ones are copied, their members being apart in the file.
+// Throws Error: LB_E_IO (missing/unreadable), LB_E_FORMAT (not a GGUF, truncated, missing key or
+// tensor, wrong shape), LB_E_UNSUPPORTED (architecture, tensor type, hyperparameters the ops
+// cannot run), LB_E_OOM (device allocation).
 std::unique_ptr<TargetModel> load_target(const std::string & path, ggml_backend_t backend, bool backend_is_cpu);
 
 }  // namespace lb

@@ -30,15 +30,16 @@ ggml_tensor * ForwardBuilder::attention(int32_t il, ggml_tensor * x) {
     const int64_t n = s.n_tokens, D = hp.head_dim, H = hp.n_head, Hkv = hp.n_head_kv;
 
     // attn_q interleaves, per head, D query values and D gate values
-    ggml_tensor * qg = matmul(ctx, L.wq, x);  // [2*D*H, n]
+    const std::vector<ggml_tensor *> qkv = project(ctx, {L.wq, L.wk, L.wv}, x);
+    ggml_tensor * qg = qkv[0];  // [2*D*H, n]
     const size_t es = ggml_element_size(qg);
     ggml_tensor * q = ggml_view_3d(ctx, qg, D, H, n, 2 * D * es, qg->nb[1], 0);
     ggml_tensor * gate = ggml_view_3d(ctx, qg, D, H, n, 2 * D * es, qg->nb[1], D * es);
     gate = ggml_cont_2d(ctx, gate, D * H, n);
 
     q = rms_norm(ctx, q, L.q_norm, hp.rms_eps);
-    ggml_tensor * k = rms_norm(ctx, ggml_reshape_3d(ctx, matmul(ctx, L.wk, x), D, Hkv, n), L.k_norm, hp.rms_eps);
-    ggml_tensor * v = matmul(ctx, L.wv, x);  // [D*Hkv, n]
+    ggml_tensor * k = rms_norm(ctx, ggml_view_3d(ctx, qkv[1], D, Hkv, n, D * es, qkv[1]->nb[1], 0), L.k_norm, hp.rms_eps);
+    ggml_tensor * v = qkv[2];  // [D*Hkv, n]
 
     // Text positions are equal in every M-RoPE section, but the sections are honoured so the
     // rotation is the model's own (interleaved M-RoPE over the first n_rot dims of each head).
@@ -81,10 +82,11 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     const TargetLayer & L = m.layers[size_t(il)];
     const int64_t n = s.n_tokens, S = hp.head_v_dim, Hv = hp.n_v_heads;
 
-    ggml_tensor * qkv = matmul(ctx, L.wqkv, x);  // [C, n]
-    ggml_tensor * z = matmul(ctx, L.wz, x);      // [value_dim, n]
-    ggml_tensor * beta = ggml_sigmoid(ctx, matmul(ctx, L.ssm_beta, x));  // [Hv, n]
-    ggml_tensor * alpha = matmul(ctx, L.ssm_alpha, x);
+    const std::vector<ggml_tensor *> in = project(ctx, {L.wqkv, L.wz, L.ssm_beta, L.ssm_alpha}, x);
+    ggml_tensor * qkv = in[0];  // [C, n]
+    ggml_tensor * z = in[1];    // [value_dim, n]
+    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_is_contiguous(in[2]) ? in[2] : ggml_cont(ctx, in[2]));  // [Hv, n]
+    ggml_tensor * alpha = in[3];
     ggml_tensor * g = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.ssm_dt)), L.ssm_a);  // [Hv, n]
 
     ggml_tensor * parents = nullptr;
@@ -105,13 +107,14 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     }
     // gated RMS norm per value head, then the output projection
     ggml_tensor * y = ggml_mul(ctx, ggml_rms_norm(ctx, d.y, hp.rms_eps), L.ssm_norm);
-    y = ggml_mul(ctx, y, ggml_silu(ctx, ggml_reshape_3d(ctx, z, S, Hv, n)));
-    return matmul(ctx, L.ssm_out, ggml_reshape_2d(ctx, y, S * Hv, n));
+    y = ggml_swiglu_split(ctx, z, ggml_reshape_2d(ctx, y, S * Hv, n));  // silu(z) * y
+    return matmul(ctx, L.ssm_out, y);
 }
 
 ggml_tensor * ForwardBuilder::ffn(int32_t il, ggml_tensor * x) {
     const TargetLayer & L = m.layers[size_t(il)];
-    ggml_tensor * h = ggml_swiglu_split(ctx, matmul(ctx, L.ffn_gate, x), matmul(ctx, L.ffn_up, x));
+    const std::vector<ggml_tensor *> gate_up = project(ctx, {L.ffn_gate, L.ffn_up}, x);
+    ggml_tensor * h = ggml_swiglu_split(ctx, gate_up[0], gate_up[1]);
     return matmul(ctx, L.ffn_down, h);
 }
 

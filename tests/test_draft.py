@@ -270,6 +270,23 @@ def test_reduced_precision_stays_close(tmp_path, target):
         np.testing.assert_allclose(gl, wl, atol=0.2, rtol=0)
 
 
+def test_mixed_dtypes_split_the_stacked_matrices(tmp_path, target):
+    # matrices that share an input (q|k|v, gate|up) are stacked only when their storage types
+    # agree: F32 members among BF16 ones (kept as shipped) run as products of their own
+    from safetensors.torch import load_file, save_file
+
+    draft = make_draft(tmp_path / "draft", target, SLIDING, 6)
+    tensors = load_file(str(draft / "model.safetensors"))
+    for name in ("layers.0.self_attn.k_proj.weight", "layers.0.mlp.up_proj.weight"):
+        tensors[name] = tensors[name].float()
+    save_file(tensors, str(draft / "model.safetensors"))
+    want = run_reference(draft, target)
+    got, _ = run_tool(tmp_path, draft, target, wtype="keep")
+    for (gi, gl), (wi, wl) in zip(got, want):
+        np.testing.assert_array_equal(gi[:, 0], wi[:, 0])
+        np.testing.assert_allclose(gl, wl, atol=0.2, rtol=0)
+
+
 # ---- bad input --------------------------------------------------------------------------------
 
 def edit_config(draft: Path, **changes) -> None:

@@ -58,18 +58,22 @@ stage_kernels() {
     nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu \
         -o "$WORK/lbq_check" >"$OUT/lbq.txt" 2>&1 && "$WORK/lbq_check" >>"$OUT/lbq.txt" 2>&1
     local rc=$?
-    grep -E "FAIL|bench" "$OUT/lbq.txt"
+    # the layer chain again without programmatic dependent launch, for comparison
+    GGML_CUDA_PDL=0 "$WORK/lbq_check" chain >>"$OUT/lbq.txt" 2>&1 || rc=1
+    grep -E "FAIL|bench|chain" "$OUT/lbq.txt"
     return $rc
 }
 
 stage_mulmat() {
-    log "quantized mat-mul through ggml-cuda vs the CPU backend (mul_mat_check)"
+    log "ggml-cuda vs the CPU backend: quantized mat-mul (mul_mat_check), top-k (top_k_check)"
     local rc=0 mode
     for mode in 1 2; do
         echo "GGML_CUDA_LBQ=$mode"
         GGML_CUDA_LBQ=$mode "$BUILD/mul_mat_check" >"$OUT/mul_mat_check_$mode.txt" 2>&1 || rc=1
         grep -E "FAIL|all ok|FAILED" "$OUT/mul_mat_check_$mode.txt"
     done
+    "$BUILD/top_k_check" 2>&1 | tee -a "$OUT/mul_mat_check_1.txt" | grep -E "FAIL|all ok" || rc=1
+    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     return $rc
 }
 
@@ -78,7 +82,8 @@ stage_profile() {
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
     wait_synth
     [ -f "$WORK/synth-27b-q4_k_m.gguf" ] || bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1
-    python3 benchmarks/profile_step.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
+    # without dependent launch: kernels then run one after another, so their times add up
+    GGML_CUDA_PDL=0 python3 benchmarks/profile_step.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
         --ctx 8192 2>&1 | tee "$OUT/profile.md"
     log "llama.cpp batch sweep: time to process 1..32 tokens in one batch"
     "$(find "$BUILD" -name llama-bench -type f -perm -u+x | head -1)" -m "$WORK/synth-27b-q4_k_m.gguf" -ngl 99 \

@@ -25,39 +25,22 @@ bool same_kind(const DraftLayerAttn & a, const DraftLayerAttn & b) {
     return a.causal == b.causal && a.window == b.window;
 }
 
-// ggml's CUDA top-k sorts whole rows (milliseconds for a 248K vocabulary) except rows of <= 1024
-// entries, which it sorts in shared memory; so select in stages over chunks of this many.
-constexpr int64_t kTopKChunk = 1024;
-
-struct TopK {
-    ggml_tensor * values;  // [k, R]
-    ggml_tensor * index;   // [k, R] column of each value: I32, or F32 (exact) after staging
+struct TopKLogProbs {
+    ggml_tensor * ids;   // [k, R] i32, unordered
+    ggml_tensor * logp;  // [k, R] f32
 };
 
-// Top-k of each row of x [n, R] (contiguous F32), unordered. Each stage keeps the k best of
-// every chunk of kTopKChunk columns (the last chunk padded with -1e30) with their columns.
-TopK staged_top_k(ggml_context * ctx, ggml_tensor * x, int32_t k) {
-    const int64_t R = x->ne[1];
-    int64_t n = x->ne[0];
-    ggml_tensor * col = nullptr;  // F32 [n, R]: original column of each entry of x
-    while (n > kTopKChunk && 2 * int64_t(k) <= kTopKChunk) {
-        const int64_t n_chunk = (n + kTopKChunk - 1) / kTopKChunk, padded = n_chunk * kTopKChunk;
-        if (!col) col = ggml_repeat(ctx, ggml_reshape_2d(ctx, ggml_arange(ctx, 0.0f, float(n), 1.0f), n, 1), x);
-        if (padded > n) {
-            x = ggml_concat(ctx, x, ggml_fill(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, padded - n, R), -1e30f), 0);
-            col = ggml_concat(ctx, col, ggml_fill(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, padded - n, R), 0.0f), 0);
-        }
-        ggml_tensor * sel = ggml_top_k(ctx, ggml_reshape_2d(ctx, x, kTopKChunk, n_chunk * R), k);  // [k, n_chunk*R]
-        x = ggml_get_rows(ctx, ggml_reshape_3d(ctx, x, 1, kTopKChunk, n_chunk * R), sel);
-        col = ggml_get_rows(ctx, ggml_reshape_3d(ctx, col, 1, kTopKChunk, n_chunk * R), sel);
-        n = int64_t(k) * n_chunk;
-        x = ggml_reshape_2d(ctx, x, n, R);
-        col = ggml_reshape_2d(ctx, col, n, R);
-    }
-    ggml_tensor * sel = ggml_top_k(ctx, x, k);  // [k, R]
-    ggml_tensor * values = ggml_reshape_2d(ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, x, 1, n, R), sel), k, R);
-    if (!col) return {values, sel};
-    return {values, ggml_reshape_2d(ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, col, 1, n, R), sel), k, R)};
+// The k best entries of each row of logits [n, R] (unordered) and their log-softmax, as
+// (logit - max) - log(sum(exp(logit - max))): finite for every entry. The row maximum is the best
+// of the k picks. (ggml-cuda selects k <= 32 in one pass over the row: vendor/patches/0007.)
+TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t k) {
+    const int64_t n = logits->ne[0], R = logits->ne[1];
+    ggml_tensor * ids = ggml_top_k(ctx, logits, k);
+    ggml_tensor * vals = ggml_reshape_2d(ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, n, R), ids), k, R);
+    ggml_tensor * best = ggml_reshape_2d(ctx, ggml_argmax(ctx, vals), 1, R);
+    ggml_tensor * max = ggml_reshape_2d(ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, vals, 1, k, R), best), 1, R);
+    ggml_tensor * lse = ggml_log(ctx, ggml_sum_rows(ctx, ggml_exp(ctx, ggml_sub(ctx, logits, max))));  // [1, R]
+    return {ids, ggml_sub(ctx, ggml_sub(ctx, vals, max), lse)};
 }
 
 }  // namespace
@@ -149,14 +132,14 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     for (int32_t l = 0; l < c.n_layer; ++l) {
         const DraftLayerWeights & L = weights_->layers[l];
         ggml_tensor * hn = rms(ctx, x, L.attn_norm);
-        ggml_tensor * q = matmul(ctx, L.wq, hn);
-        ggml_tensor * k = matmul(ctx, L.wk, hn);
-        ggml_tensor * v = matmul(ctx, L.wv, hn);
+        const std::vector<ggml_tensor *> qkv = project(ctx, {L.wq, L.wk, L.wv}, hn);  // [rows, B] views
+        ggml_tensor * q = qkv[0], * k = qkv[1], * v = qkv[2];
         if (L.bq) q = ggml_add(ctx, q, L.bq);
         if (L.bk) k = ggml_add(ctx, k, L.bk);
         if (L.bv) v = ggml_add(ctx, v, L.bv);
-        q = rms(ctx, ggml_reshape_3d(ctx, q, c.head_dim, c.n_head, B), L.q_norm);
-        k = rms(ctx, ggml_reshape_3d(ctx, k, c.head_dim, c.n_head_kv, B), L.k_norm);
+        const size_t hd = ggml_row_size(q->type, c.head_dim);
+        q = rms(ctx, ggml_view_3d(ctx, q, c.head_dim, c.n_head, B, hd, q->nb[1], 0), L.q_norm);
+        k = rms(ctx, ggml_view_3d(ctx, k, c.head_dim, c.n_head_kv, B, hd, k->nb[1], 0), L.k_norm);
         q = ggml_rope_ext(ctx, q, pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
                           0.0f, 1.0f, 0.0f, 0.0f);
         k = ggml_rope_ext(ctx, k, pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
@@ -175,7 +158,8 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
         if (L.bo) a = ggml_add(ctx, a, L.bo);
         x = ggml_add(ctx, x, a);
         hn = rms(ctx, x, L.ffn_norm);
-        ggml_tensor * ff = ggml_mul(ctx, ggml_silu(ctx, matmul(ctx, L.ffn_gate, hn)), matmul(ctx, L.ffn_up, hn));
+        const std::vector<ggml_tensor *> gate_up = project(ctx, {L.ffn_gate, L.ffn_up}, hn);
+        ggml_tensor * ff = ggml_swiglu_split(ctx, gate_up[0], gate_up[1]);
         x = ggml_add(ctx, x, matmul(ctx, L.ffn_down, ff));
     }
     x = rms(ctx, x, weights_->out_norm);
@@ -186,17 +170,12 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     if (c.logit_softcap > 0.0f) {
         logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / c.logit_softcap)), c.logit_softcap);
     }
-    // log-softmax as (logit - max) - log(sum(exp(logit - max))): finite for every vocabulary entry;
-    // the top-k runs on the shifted logits, so each pick's log-prob is (value - lse).
-    ggml_tensor * lg3 = ggml_reshape_3d(ctx, logits, 1, n_vocab_, B - 1);
-    ggml_tensor * best = ggml_reshape_2d(ctx, ggml_argmax(ctx, logits), 1, B - 1);
-    ggml_tensor * shifted = ggml_sub(ctx, logits, ggml_reshape_2d(ctx, ggml_get_rows(ctx, lg3, best), 1, B - 1));
-    ggml_tensor * lse = ggml_log(ctx, ggml_sum_rows(ctx, ggml_exp(ctx, shifted)));  // [1, B-1]
-    const TopK top = staged_top_k(ctx, shifted, top_k);  // [K, B-1] each, unordered
-    ggml_tensor * lp = ggml_sub(ctx, top.values, lse);
-    ggml_set_output(top.index);
+    const TopKLogProbs top = top_k_log_softmax(ctx, logits, top_k);  // [K, B-1] each
+    ggml_tensor * sel = top.ids;
+    ggml_tensor * lp = top.logp;
+    ggml_set_output(sel);
     ggml_set_output(lp);
-    ggml_build_forward_expand(g.gf, top.index);
+    ggml_build_forward_expand(g.gf, sel);
     ggml_build_forward_expand(g.gf, lp);
     if (!ggml_gallocr_alloc_graph(galloc_, g.gf)) throw Error(LB_E_OOM, "draft: cannot allocate the draft graph");
 
@@ -220,12 +199,7 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     const size_t n_out = size_t(B - 1) * size_t(top_k);
     std::vector<int32_t> id_v(n_out);
     std::vector<float> lp_v(n_out);
-    if (top.index->type == GGML_TYPE_I32) {
-        ggml_backend_tensor_get(top.index, id_v.data(), 0, n_out * sizeof(int32_t));
-    } else {  // staged: column numbers carried as exact floats
-        ggml_backend_tensor_get(top.index, lp_v.data(), 0, n_out * sizeof(float));
-        for (size_t i = 0; i < n_out; ++i) id_v[i] = int32_t(lp_v[i]);
-    }
+    ggml_backend_tensor_get(sel, id_v.data(), 0, n_out * sizeof(int32_t));
     ggml_backend_tensor_get(lp, lp_v.data(), 0, n_out * sizeof(float));
     // ggml_top_k leaves each row unordered; order K entries per row on the host (tiny).
     std::vector<int32_t> order(static_cast<size_t>(top_k));

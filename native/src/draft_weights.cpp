@@ -101,6 +101,51 @@ public:
 
     // A checkpoint tensor named prefix+name with torch shape `shape` (outermost first).
     ggml_tensor * get(const std::string & name, std::vector<int64_t> shape, bool matrix) {
+        const StTensor * s = find(name, shape);
+        const ggml_type type = matrix ? storage_type(wtype_, *s, shape.back()) : GGML_TYPE_F32;
+        ggml_tensor * t = shape.size() == 2 ? ggml_new_tensor_2d(w_.ctx, type, shape[1], shape[0])
+                                            : ggml_new_tensor_1d(w_.ctx, type, shape[0]);
+        ggml_set_name(t, name.c_str());
+        pending.push_back({t, s});
+        return t;
+    }
+
+    // Matrices [rows_i, n_in] that multiply one input, stored as row ranges (views) of one stacked
+    // matrix when their storage types agree, so one product serves them all (project() in
+    // matmul.hpp); otherwise each on its own.
+    std::vector<ggml_tensor *> get_stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>> & members) {
+        std::vector<const StTensor *> src;
+        int64_t rows = 0;
+        bool same = true;
+        for (const auto & m : members) {
+            src.push_back(find(m.first, m.second));
+            rows += m.second[0];
+            same = same && storage_type(wtype_, *src.back(), m.second[1]) == storage_type(wtype_, *src[0], m.second[1]);
+        }
+        std::vector<ggml_tensor *> out;
+        if (!same) {
+            for (const auto & m : members) out.push_back(get(m.first, m.second, true));
+            return out;
+        }
+        const int64_t n_in = members[0].second[1];
+        ggml_tensor * stack = ggml_new_tensor_2d(w_.ctx, storage_type(wtype_, *src[0], n_in), n_in, rows);
+        ggml_set_name(stack, (members[0].first + ".stack").c_str());
+        int64_t row0 = 0;
+        for (size_t i = 0; i < members.size(); ++i) {
+            const int64_t r = members[i].second[0];
+            ggml_tensor * v = ggml_view_2d(w_.ctx, stack, n_in, r, stack->nb[1], size_t(row0) * stack->nb[1]);
+            ggml_set_name(v, members[i].first.c_str());
+            pending.push_back({v, src[i]});
+            out.push_back(v);
+            row0 += r;
+        }
+        return out;
+    }
+
+    std::vector<Pending> pending;
+
+private:
+    const StTensor * find(const std::string & name, const std::vector<int64_t> & shape) const {
         const StTensor * s = st_.find(prefix_ + name);
         if (!s) {
             throw Error(LB_E_FORMAT, "draft checkpoint has no tensor \"" + prefix_ + name +
@@ -116,17 +161,9 @@ public:
             throw Error(LB_E_FORMAT, "draft tensor \"" + s->name + "\" has shape " + s->shape_str() +
                                               " but config.json implies " + want.shape_str());
         }
-        const ggml_type type = matrix ? storage_type(wtype_, *s, shape.back()) : GGML_TYPE_F32;
-        ggml_tensor * t = shape.size() == 2 ? ggml_new_tensor_2d(w_.ctx, type, shape[1], shape[0])
-                                            : ggml_new_tensor_1d(w_.ctx, type, shape[0]);
-        ggml_set_name(t, name.c_str());
-        pending.push_back({t, s});
-        return t;
+        return s;
     }
 
-    std::vector<Pending> pending;
-
-private:
     const SafetensorsSet & st_;
     DraftWeights & w_;
     DraftWeightType wtype_;
@@ -176,7 +213,7 @@ std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const 
     if (!st.find("fc.weight") && st.find("model.fc.weight")) prefix = "model.";
 
     auto w = std::make_unique<DraftWeights>();
-    const size_t n_tensors = 3 + size_t(cfg.n_layer) * 16;
+    const size_t n_tensors = 3 + size_t(cfg.n_layer) * 18;
     ggml_init_params ip = {ggml_tensor_overhead() * n_tensors, nullptr, /*no_alloc=*/true};
     w->ctx = ggml_init(ip);
     if (!w->ctx) throw Error(LB_E_OOM, "cannot allocate the draft's tensor metadata");
@@ -191,9 +228,12 @@ std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const 
         const std::string p = "layers." + std::to_string(i) + ".";
         DraftLayerWeights L;
         L.attn_norm = b.get(p + "input_layernorm.weight", {E}, false);
-        L.wq = b.get(p + "self_attn.q_proj.weight", {QD, E}, true);
-        L.wk = b.get(p + "self_attn.k_proj.weight", {KD, E}, true);
-        L.wv = b.get(p + "self_attn.v_proj.weight", {KD, E}, true);
+        const auto qkv = b.get_stacked({{p + "self_attn.q_proj.weight", {QD, E}},
+                                        {p + "self_attn.k_proj.weight", {KD, E}},
+                                        {p + "self_attn.v_proj.weight", {KD, E}}});
+        L.wq = qkv[0];
+        L.wk = qkv[1];
+        L.wv = qkv[2];
         L.wo = b.get(p + "self_attn.o_proj.weight", {E, QD}, true);
         if (cfg.attention_bias) {
             L.bq = b.get(p + "self_attn.q_proj.bias", {QD}, false);
@@ -204,8 +244,9 @@ std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const 
         L.q_norm = b.get(p + "self_attn.q_norm.weight", {D}, false);
         L.k_norm = b.get(p + "self_attn.k_norm.weight", {D}, false);
         L.ffn_norm = b.get(p + "post_attention_layernorm.weight", {E}, false);
-        L.ffn_gate = b.get(p + "mlp.gate_proj.weight", {F, E}, true);
-        L.ffn_up = b.get(p + "mlp.up_proj.weight", {F, E}, true);
+        const auto gate_up = b.get_stacked({{p + "mlp.gate_proj.weight", {F, E}}, {p + "mlp.up_proj.weight", {F, E}}});
+        L.ffn_gate = gate_up[0];
+        L.ffn_up = gate_up[1];
         L.ffn_down = b.get(p + "mlp.down_proj.weight", {E, F}, true);
         w->layers.push_back(L);
     }

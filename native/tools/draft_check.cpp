@@ -296,13 +296,9 @@ double time_head(ggml_backend_t be, ggml_tensor * outm, int rows, int k, int ite
     ggml_tensor * logits = ggml_mul_mat(ctx, outm, x);
     ggml_tensor * out = logits;
     if (full) {
-        ggml_tensor * best = ggml_reshape_2d(ctx, ggml_argmax(ctx, logits), 1, rows);
-        ggml_tensor * m = ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, logits->ne[0], rows), best);
-        ggml_tensor * shifted = ggml_sub(ctx, logits, ggml_reshape_2d(ctx, m, 1, rows));
-        ggml_tensor * lse = ggml_log(ctx, ggml_sum_rows(ctx, ggml_exp(ctx, shifted)));
-        const lb::TopK top = lb::staged_top_k(ctx, shifted, k);
-        out = ggml_sub(ctx, top.values, lse);
-        ggml_build_forward_expand(gf, top.index);
+        const lb::TopKLogProbs top = lb::top_k_log_softmax(ctx, logits, k);
+        out = top.logp;
+        ggml_build_forward_expand(gf, top.ids);
     }
     ggml_set_output(out);
     ggml_build_forward_expand(gf, out);

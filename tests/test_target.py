@@ -149,6 +149,25 @@ def test_quantized_agree_where_margin_is_clear(tiny_gguf, teacher, outtype, kv_t
 
 # --- files with an MTP (nextn) block -------------------------------------------------------
 
+def copy_metadata(reader, writer, edit=lambda name, value: value) -> None:
+    """reader's key-values into writer (the GGUF header's own and the architecture excepted), each
+    passed through edit(name, value)."""
+    from gguf import GGUFValueType
+
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name == "general.architecture":
+            continue
+        sub_type = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
+        writer.add_key_value(name, edit(name, field.contents()), field.types[0], sub_type)
+
+
+def finish(writer) -> None:
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
 def add_mtp_block(src, dst):
     """Copy of src as recent Qwen3.5-27B conversions lay it out: block_count + 1 with
     nextn_predict_layers = 1 and an extra full-attention block (plus nextn tensors) after the trunk."""
@@ -157,16 +176,14 @@ def add_mtp_block(src, dst):
     reader = GGUFReader(src)
     n_layer = int(reader.fields["qwen35.block_count"].contents())
     writer = GGUFWriter(str(dst), "qwen35")
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        value = field.contents()
+    def extend(name, value):
         if name == "qwen35.block_count":
-            value = n_layer + 1
-        elif name == "qwen35.attention.recurrent_layers":
-            value = list(value) + [False]
-        sub_type = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
-        writer.add_key_value(name, value, field.types[0], sub_type)
+            return n_layer + 1
+        if name == "qwen35.attention.recurrent_layers":
+            return list(value) + [False]
+        return value
+
+    copy_metadata(reader, writer, extend)
     writer.add_key_value("qwen35.nextn_predict_layers", 1, GGUFValueType.UINT32)
     last_attn = max(int(t.name.split(".")[1]) for t in reader.tensors if t.name.endswith("attn_q.weight"))
     n_embd = int(reader.fields["qwen35.embedding_length"].contents())
@@ -179,10 +196,7 @@ def add_mtp_block(src, dst):
     writer.add_tensor(f"blk.{n_layer}.nextn.eh_proj.weight", rng.standard_normal((n_embd, 2 * n_embd), dtype=np.float32))
     for norm in ("enorm", "hnorm", "shared_head_norm"):
         writer.add_tensor(f"blk.{n_layer}.nextn.{norm}.weight", np.ones(n_embd, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
     return dst
 
 
@@ -199,22 +213,15 @@ def test_file_with_mtp_block_loads_and_matches(tiny_gguf, f32_engine, tmp_path):
 
 def retype(src, dst, as_f16):
     """Copy of src with the tensors named in as_f16 stored as F16 (the rest as they were)."""
-    from gguf import GGUFReader, GGUFValueType, GGUFWriter
+    from gguf import GGUFReader, GGUFWriter
 
     reader = GGUFReader(src)
     writer = GGUFWriter(str(dst), "qwen35")
-    for name, field in reader.fields.items():
-        if name.startswith("GGUF.") or name == "general.architecture":
-            continue
-        sub_type = field.types[-1] if field.types[0] == GGUFValueType.ARRAY else None
-        writer.add_key_value(name, field.contents(), field.types[0], sub_type)
+    copy_metadata(reader, writer)
     for t in reader.tensors:
         data = np.asarray(t.data)
         writer.add_tensor(t.name, data.astype(np.float16) if t.name in as_f16 else data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish(writer)
     return dst
 
 

@@ -171,12 +171,10 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
         logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / c.logit_softcap)), c.logit_softcap);
     }
     const TopKLogProbs top = top_k_log_softmax(ctx, logits, top_k);  // [K, B-1] each
-    ggml_tensor * sel = top.ids;
-    ggml_tensor * lp = top.logp;
-    ggml_set_output(sel);
-    ggml_set_output(lp);
-    ggml_build_forward_expand(g.gf, sel);
-    ggml_build_forward_expand(g.gf, lp);
+    ggml_set_output(top.ids);
+    ggml_set_output(top.logp);
+    ggml_build_forward_expand(g.gf, top.ids);
+    ggml_build_forward_expand(g.gf, top.logp);
     if (!ggml_gallocr_alloc_graph(galloc_, g.gf)) throw Error(LB_E_OOM, "draft: cannot allocate the draft graph");
 
     std::vector<int32_t> tok_v(static_cast<size_t>(B), c.mask_token_id), pos_v(static_cast<size_t>(B));
@@ -199,8 +197,8 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     const size_t n_out = size_t(B - 1) * size_t(top_k);
     std::vector<int32_t> id_v(n_out);
     std::vector<float> lp_v(n_out);
-    ggml_backend_tensor_get(sel, id_v.data(), 0, n_out * sizeof(int32_t));
-    ggml_backend_tensor_get(lp, lp_v.data(), 0, n_out * sizeof(float));
+    ggml_backend_tensor_get(top.ids, id_v.data(), 0, n_out * sizeof(int32_t));
+    ggml_backend_tensor_get(top.logp, lp_v.data(), 0, n_out * sizeof(float));
     // ggml_top_k leaves each row unordered; order K entries per row on the host (tiny).
     std::vector<int32_t> order(static_cast<size_t>(top_k));
     for (int32_t r = 0; r < B - 1; ++r) {

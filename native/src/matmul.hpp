@@ -2,6 +2,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <utility>
 #include <vector>
 
 #include "ggml.h"
@@ -18,7 +19,7 @@ inline ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x
 }
 
 // x [k, n] times several matrices that share it, one result per matrix. Matrices stacked by the
-// target loader (row ranges of one taller matrix: views) share one product; each gets its rows of
+// model loaders (row ranges of one taller matrix: views) share one product; each gets its rows of
 // it as a [rows, n] view with the whole product's row stride, so consumers must accept strided
 // columns (ggml_cont where an op needs contiguous data).
 inline std::vector<ggml_tensor *> project(ggml_context * ctx, std::initializer_list<ggml_tensor *> ws, ggml_tensor * x) {

@@ -4,9 +4,7 @@
 //   mul_mat_check            prints one line per case; exit 1 if any result is off
 // With GGML_CUDA_LBQ=2 in the environment it also requires every column to compute to the same bits
 // alone and inside a batch (what makes a one-token step and a verify batch round identically).
-#include "ggml.h"
-#include "ggml-alloc.h"  // ggml_backend_alloc_ctx_tensors
-#include "ggml-backend.h"
+#include "compute_once.hpp"
 #include "ggml-cpu.h"
 #ifdef LUCEBOX_WITH_CUDA
 #include "ggml-cuda.h"
@@ -37,16 +35,8 @@ std::vector<float> mul_mat(ggml_backend_t backend, const Case & c, const std::ve
     ggml_tensor * y = ggml_mul_mat(ctx, w, xv);
     ggml_cgraph * g = ggml_new_graph(ctx);
     ggml_build_forward_expand(g, y);
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
-    ggml_backend_tensor_set(w, w_bytes.data(), 0, w_bytes.size());
-    ggml_backend_tensor_set(xs, x.data(), 0, x.size() * sizeof(float));
-    if (ggml_backend_graph_compute(backend, g) != GGML_STATUS_SUCCESS) {
-        std::fprintf(stderr, "graph compute failed\n");
-        std::exit(1);
-    }
     std::vector<float> out(size_t(n * c.m));
-    ggml_backend_tensor_get(y, out.data(), 0, out.size() * sizeof(float));
-    ggml_backend_buffer_free(buf);
+    compute_once(backend, ctx, g, {{w, w_bytes.data()}, {xs, x.data()}}, y, out.data());
     ggml_free(ctx);
     return out;
 }

@@ -4,9 +4,7 @@
 //   top_k_check            prints one line per case; exit 1 if any result is off
 // A case is right when both backends pick entries of the same values (ties may pick other columns
 // of the same value) and every picked column holds the value it claims.
-#include "ggml.h"
-#include "ggml-alloc.h"  // ggml_backend_alloc_ctx_tensors
-#include "ggml-backend.h"
+#include "compute_once.hpp"
 #include "ggml-cpu.h"
 #ifdef LUCEBOX_WITH_CUDA
 #include "ggml-cuda.h"
@@ -33,15 +31,8 @@ std::vector<int32_t> top_k(ggml_backend_t backend, const Case & c, const std::ve
     ggml_tensor * sel = ggml_top_k(ctx, a, c.k);
     ggml_cgraph * g = ggml_new_graph(ctx);
     ggml_build_forward_expand(g, sel);
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
-    ggml_backend_tensor_set(a, x.data(), 0, x.size() * sizeof(float));
-    if (ggml_backend_graph_compute(backend, g) != GGML_STATUS_SUCCESS) {
-        std::fprintf(stderr, "graph compute failed\n");
-        std::exit(1);
-    }
     std::vector<int32_t> out(size_t(c.k * c.n_rows));
-    ggml_backend_tensor_get(sel, out.data(), 0, out.size() * sizeof(int32_t));
-    ggml_backend_buffer_free(buf);
+    compute_once(backend, ctx, g, {{a, x.data()}}, sel, out.data());
     ggml_free(ctx);
     return out;
 }

@@ -9,6 +9,7 @@
 #include "ggml-alloc.h"
 
 #include "error.hpp"
+#include "matmul.hpp"
 #include "safetensors.hpp"
 
 namespace lb {
@@ -110,35 +111,18 @@ public:
         return t;
     }
 
-    // Matrices [rows_i, n_in] that multiply one input, stored as row ranges (views) of one stacked
-    // matrix when their storage types agree, so one product serves them all (project() in
-    // matmul.hpp); otherwise each on its own.
+    // Matrices [rows_i, n_in] that multiply one input, stacked per run of one storage type
+    // (new_stacked() in matmul.hpp), so one product serves each run.
     std::vector<ggml_tensor *> get_stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>> & members) {
         std::vector<const StTensor *> src;
-        int64_t rows = 0;
-        bool same = true;
+        std::vector<StackMember> layout;
+        const int64_t n_in = members[0].second[1];
         for (const auto & m : members) {
             src.push_back(find(m.first, m.second));
-            rows += m.second[0];
-            same = same && storage_type(wtype_, *src.back(), m.second[1]) == storage_type(wtype_, *src[0], m.second[1]);
+            layout.push_back({m.first, storage_type(wtype_, *src.back(), n_in), m.second[0]});
         }
-        std::vector<ggml_tensor *> out;
-        if (!same) {
-            for (const auto & m : members) out.push_back(get(m.first, m.second, true));
-            return out;
-        }
-        const int64_t n_in = members[0].second[1];
-        ggml_tensor * stack = ggml_new_tensor_2d(w_.ctx, storage_type(wtype_, *src[0], n_in), n_in, rows);
-        ggml_set_name(stack, (members[0].first + ".stack").c_str());
-        int64_t row0 = 0;
-        for (size_t i = 0; i < members.size(); ++i) {
-            const int64_t r = members[i].second[0];
-            ggml_tensor * v = ggml_view_2d(w_.ctx, stack, n_in, r, stack->nb[1], size_t(row0) * stack->nb[1]);
-            ggml_set_name(v, members[i].first.c_str());
-            pending.push_back({v, src[i]});
-            out.push_back(v);
-            row0 += r;
-        }
+        const std::vector<ggml_tensor *> out = new_stacked(w_.ctx, n_in, layout);
+        for (size_t i = 0; i < out.size(); ++i) pending.push_back({out[i], src[i]});
         return out;
     }
 

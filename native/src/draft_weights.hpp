@@ -27,8 +27,8 @@ enum class DraftWeightType {
 // Parses "keep" | "f32" | "f16" | "bf16" | "q8_0"; false when unknown.
 bool draft_weight_type_from_string(const std::string & s, DraftWeightType * out);
 
-// q|k|v and gate|up are row-range views of one stacked matrix each where their storage types
-// agree (one product serves them: project() in matmul.hpp).
+// q|k|v and gate|up are stacked per run of one storage type (new_stacked() in matmul.hpp): row-range
+// views of one taller matrix, so one product serves them.
 struct DraftLayerWeights {
     ggml_tensor * attn_norm = nullptr;  // [n_embd]
     ggml_tensor * wq = nullptr;         // [n_embd, n_head*head_dim]

@@ -16,6 +16,7 @@
 #include "ggml-alloc.h"
 #include "ggml-cpu.h"
 #include "gguf_file.hpp"
+#include "matmul.hpp"
 
 namespace lb {
 
@@ -58,8 +59,7 @@ public:
 
 private:
     ggml_tensor * need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required = true);
-    std::vector<ggml_tensor *> need_stacked(const std::string & prefix,
-                                            const std::vector<std::pair<std::string, std::vector<int64_t>>> & members);
+    std::vector<ggml_tensor *> need_stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>> & members);
     int64_t check_tensor(const std::string & name, std::vector<int64_t> & ne, bool must_be_f32, bool required);
 
     GgufFile & f_;
@@ -190,43 +190,20 @@ ggml_tensor * TensorLoader::need(const std::string & name, std::vector<int64_t> 
     return t;
 }
 
-// Matrices that multiply one input (members: name, [ne0, rows]). Each run of consecutive members
-// with one storage type becomes row ranges (views) of one stacked matrix, so a single product
-// serves the run (project() in matmul.hpp): fewer, taller mat-muls, which a GPU runs much closer to
-// its bandwidth. A member whose type differs from its neighbours' stands alone.
+// Matrices [ne0, rows_i] that multiply one input, stacked per run of one storage type
+// (new_stacked() in matmul.hpp): one product then serves each run, and fewer, taller mat-muls run
+// much closer to a GPU's bandwidth.
 std::vector<ggml_tensor *> TensorLoader::need_stacked(
-    const std::string & prefix, const std::vector<std::pair<std::string, std::vector<int64_t>>> & members) {
+    const std::vector<std::pair<std::string, std::vector<int64_t>>> & members) {
     std::vector<int64_t> ids;
+    std::vector<StackMember> layout;
     for (const auto & mem : members) {
         std::vector<int64_t> ne = mem.second;
         ids.push_back(check_tensor(mem.first, ne, false, true));
+        layout.push_back({mem.first, f_.tensor_type(ids.back()), ne[1]});
     }
-    std::vector<ggml_tensor *> out;
-    for (size_t i = 0; i < members.size();) {
-        const ggml_type type = f_.tensor_type(ids[i]);
-        size_t j = i + 1;
-        while (j < members.size() && f_.tensor_type(ids[j]) == type) ++j;
-        if (j - i == 1) {
-            out.push_back(need(members[i].first, members[i].second, false));
-            i = j;
-            continue;
-        }
-        int64_t rows = 0;
-        for (size_t k = i; k < j; ++k) rows += members[k].second[1];
-        const int64_t ne0 = members[i].second[0];
-        ggml_tensor * stack = ggml_new_tensor_2d(m_.ctx, type, ne0, rows);
-        ggml_set_name(stack, (prefix + "stack" + std::to_string(i)).c_str());
-        int64_t row0 = 0;
-        for (size_t k = i; k < j; ++k) {
-            const int64_t r = members[k].second[1];
-            ggml_tensor * v = ggml_view_2d(m_.ctx, stack, ne0, r, stack->nb[1], size_t(row0) * stack->nb[1]);
-            ggml_set_name(v, members[k].first.c_str());
-            sources_.push_back({v, ids[k], false});
-            out.push_back(v);
-            row0 += r;
-        }
-        i = j;
-    }
+    const std::vector<ggml_tensor *> out = new_stacked(m_.ctx, members[0].second[0], layout);
+    for (size_t i = 0; i < out.size(); ++i) sources_.push_back({out[i], ids[i], false});
     return out;
 }
 
@@ -254,13 +231,13 @@ void TensorLoader::create_tensors() {
         L.recurrent = hp.recurrent[size_t(il)];
         L.attn_norm = need(p + "attn_norm.weight", {E}, true);
         L.post_norm = need(p + "post_attention_norm.weight", {E}, true);
-        const auto gate_up = need_stacked(p, {{p + "ffn_gate.weight", {E, F}}, {p + "ffn_up.weight", {E, F}}});
+        const auto gate_up = need_stacked({{p + "ffn_gate.weight", {E, F}}, {p + "ffn_up.weight", {E, F}}});
         L.ffn_gate = gate_up[0];
         L.ffn_up = gate_up[1];
         L.ffn_down = need(p + "ffn_down.weight", {F, E}, false);
         if (L.recurrent) {
             const int64_t C = hp.conv_channels(), Dv = hp.value_dim(), Hv = hp.n_v_heads;
-            const auto in = need_stacked(p, {{p + "attn_qkv.weight", {E, C}}, {p + "attn_gate.weight", {E, Dv}},
+            const auto in = need_stacked({{p + "attn_qkv.weight", {E, C}}, {p + "attn_gate.weight", {E, Dv}},
                                              {p + "ssm_beta.weight", {E, Hv}}, {p + "ssm_alpha.weight", {E, Hv}}});
             L.wqkv = in[0];
             L.wz = in[1];
@@ -273,7 +250,7 @@ void TensorLoader::create_tensors() {
             L.ssm_out = need(p + "ssm_out.weight", {Dv, E}, false);
         } else {
             const int64_t D = hp.head_dim;
-            const auto in = need_stacked(p, {{p + "attn_q.weight", {E, 2 * D * hp.n_head}},
+            const auto in = need_stacked({{p + "attn_q.weight", {E, 2 * D * hp.n_head}},
                                              {p + "attn_k.weight", {E, D * hp.n_head_kv}},
                                              {p + "attn_v.weight", {E, D * hp.n_head_kv}}});
             L.wq = in[0];

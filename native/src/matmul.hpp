@@ -2,6 +2,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -18,8 +19,41 @@ inline ggml_tensor * matmul(ggml_context * ctx, ggml_tensor * w, ggml_tensor * x
     return y;
 }
 
-// x [k, n] times several matrices that share it, one result per matrix. Matrices stacked by the
-// model loaders (row ranges of one taller matrix: views) share one product; each gets its rows of
+// One matrix of a group that multiplies one input: its tensor name, storage type and rows.
+struct StackMember {
+    std::string name;
+    ggml_type type;
+    int64_t rows;
+};
+
+// The layout project() reads, for the model loaders: in ctx, each run of consecutive members of one
+// storage type becomes one matrix [n_in, sum of its rows] (named after its first member) and each
+// member a row-range view of it; a member alone in its run is a plain [n_in, rows] matrix. Returns
+// the members' tensors in order; filling them is the caller's.
+inline std::vector<ggml_tensor *> new_stacked(ggml_context * ctx, int64_t n_in, const std::vector<StackMember> & members) {
+    std::vector<ggml_tensor *> out;
+    for (size_t i = 0; i < members.size();) {
+        size_t j = i + 1;
+        int64_t rows = members[i].rows;
+        for (; j < members.size() && members[j].type == members[i].type; ++j) rows += members[j].rows;
+        if (j - i == 1) {
+            out.push_back(ggml_new_tensor_2d(ctx, members[i].type, n_in, rows));
+            ggml_set_name(out.back(), members[i].name.c_str());
+            i = j;
+            continue;
+        }
+        ggml_tensor * stack = ggml_new_tensor_2d(ctx, members[i].type, n_in, rows);
+        ggml_set_name(stack, (members[i].name + ".stack").c_str());
+        for (int64_t row0 = 0; i < j; row0 += members[i].rows, ++i) {
+            out.push_back(ggml_view_2d(ctx, stack, n_in, members[i].rows, stack->nb[1], size_t(row0) * stack->nb[1]));
+            ggml_set_name(out.back(), members[i].name.c_str());
+        }
+    }
+    return out;
+}
+
+// x [k, n] times several matrices that share it, one result per matrix. Matrices stacked by
+// new_stacked() (row ranges of one taller matrix: views) share one product; each gets its rows of
 // it as a [rows, n] view with the whole product's row stride, so consumers must accept strided
 // columns (ggml_cont where an op needs contiguous data).
 inline std::vector<ggml_tensor *> project(ggml_context * ctx, std::initializer_list<ggml_tensor *> ws, ggml_tensor * x) {

@@ -117,6 +117,8 @@ def main() -> None:
     ap.add_argument("--top-k", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--kv", default="f16")
+    ap.add_argument("--no-invariant", action="store_true",
+                    help="let CUDA pick batch-dependent kernels (lb_params.batch_invariant = 0)")
     ap.add_argument("--copy-gbs", type=float, default=0.0, help="measured copy bandwidth (GB/s)")
     ap.add_argument("--json", help="write results here")
     args = ap.parse_args()
@@ -124,7 +126,9 @@ def main() -> None:
     ctxs = [int(c) for c in args.ctx.split(",") if c]
     results: dict = {"target": args.target, "draft": args.draft}
 
-    h = Handle(args.target, None, max_ctx=4096, kv_type=args.kv, device=args.device)
+    invariant = not args.no_invariant
+    results["batch_invariant"] = invariant
+    h = Handle(args.target, None, max_ctx=4096, kv_type=args.kv, device=args.device, batch_invariant=invariant)
     info = h.info()
     ar = bench_ar(h, info["n_vocab"], args.n_gen, 32, rng)
     h.close()
@@ -146,7 +150,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|---|")
         for ctx in ctxs:
             h = Handle(args.target, args.draft, max_ctx=ctx, kv_type=args.kv, device=args.device,
-                       max_tree=max(64, args.budget + 1))
+                       max_tree=max(64, args.budget + 1), batch_invariant=invariant)
             r = bench_spec(h, h.info(), ctx, args.budget, args.top_k, args.steps, rng)
             h.close()
             results["spec"].append(r)

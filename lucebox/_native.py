@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-ABI_VERSION = 1  # must equal LB_ABI_VERSION in lucebox.h
+ABI_VERSION = 2  # must equal LB_ABI_VERSION in lucebox.h
 
 LIB_ENV = "LUCEBOX_LIB"
 LIB_NAME = "liblucebox.so"
@@ -53,6 +53,7 @@ class Params(ctypes.Structure):
         ("ubatch", ctypes.c_int32),
         ("max_tree", ctypes.c_int32),
         ("log_level", ctypes.c_int32),
+        ("batch_invariant", ctypes.c_int32),
     ]
 
 
@@ -182,7 +183,7 @@ class Handle:
     """Owns one lb_engine. Low level: arrays in, arrays out; `lucebox.Engine` builds on it."""
 
     def __init__(self, target_path, draft_path=None, max_ctx=4096, kv_type="f16", device=-1,
-                 n_threads=0, ubatch=512, max_tree=64, log_level="error"):
+                 n_threads=0, ubatch=512, max_tree=64, log_level="error", batch_invariant=True):
         L = lib()
         if kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
@@ -200,6 +201,7 @@ class Handle:
         params.ubatch = ubatch
         params.max_tree = max_tree
         params.log_level = LOG_LEVELS[log_level] if isinstance(log_level, str) else int(log_level)
+        params.batch_invariant = int(bool(batch_invariant))
         out = _engine_p()
         _check(L.lb_load(ctypes.byref(params), ctypes.byref(out)))
         self._ptr = out

@@ -24,6 +24,9 @@ class EngineConfig:
     ubatch: int = 512           # prefill micro-batch
     max_tree: int = MAX_TREE
     log_level: str = "error"
+    # every token computes to the same bits in any batch (greedy speculative == AR, bit for bit); False
+    # lets CUDA pick faster batch-dependent kernels (benchmarks); the CPU is always invariant
+    batch_invariant: bool = True
 
     def __post_init__(self):
         self.target = Path(self.target)

@@ -43,7 +43,8 @@ class Engine:
         device = device_index(config.device, cuda_count=device_count())
         self._handle = Handle(config.target, config.draft, max_ctx=config.max_ctx, kv_type=config.kv,
                               device=device, n_threads=config.n_threads, ubatch=config.ubatch,
-                              max_tree=config.max_tree, log_level=config.log_level)
+                              max_tree=config.max_tree, log_level=config.log_level,
+                              batch_invariant=config.batch_invariant)
         self.info = self._handle.info()
         self._drafter = (NativeDrafter(self._handle, self.info["block_size"])
                          if self.info["has_draft"] else None)

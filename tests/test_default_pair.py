@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lucebox import bench, defaults
+from lucebox import defaults
 from lucebox.engine import Engine
 
 DEVICE = "cuda" if os.environ.get("LUCEBOX_TEST_BACKEND") == "cuda" else "cpu"
@@ -30,8 +30,6 @@ BUDGET, TOP_K = 22, 8
 CHAIN_AL_FLOOR = 4.3
 DDTREE_AL_FLOOR = 4.8
 DDTREE_OVER_CHAIN_FLOOR = 1.05
-# On CUDA a speculative run may leave AR's path only where AR's top two logits are this close.
-CUDA_NEAR_TIE = 0.02
 
 
 @pytest.fixture(scope="module")
@@ -72,15 +70,11 @@ def test_embedded_pair_is_small_enough_to_ship(pair):
 
 @pytest.mark.parametrize("mode", ["chain", "ddtree"])
 def test_speculative_output_equals_ar(engine, prompts, runs, mode):
+    # batch-invariant kernels (CPU and CUDA): any difference is a bug, however close the logits
     for i, (a, s) in enumerate(zip(runs["ar"], runs[mode])):
         assert len(a.tokens) == N_GEN
-        if s.tokens == a.tokens:
-            continue
-        # CPU kernels are batch-invariant: any difference is a bug. ggml-cuda's one-token (AR) and
-        # batched (verify) kernels sum in different orders, so a near-tie may flip there, and only there.
-        assert DEVICE == "cuda" and len(s.tokens) == N_GEN, f"prompt {i}: {mode} diverges from AR"
-        gap = bench.divergence_gap(engine, engine.encode_prompt(prompts[i]), a.tokens, s.tokens)
-        assert abs(gap) <= CUDA_NEAR_TIE, f"prompt {i}: {mode} diverges from AR, logit gap {gap:.4f}"
+        assert s.tokens == a.tokens, f"prompt {i}: {mode} diverges from AR"
+
 
 
 def test_acceptance_lengths_hold(runs):

@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # tests/run.sh sets LUCEBOX_TOOLS_DIR; the dev setup (LUCEBOX_LIB=build/x/liblucebox.so) implies it
 TOOLS = Path(os.environ.get("LUCEBOX_TOOLS_DIR") or Path(os.environ.get("LUCEBOX_LIB", ROOT / "build/cpu/x")).parent)
 F32_TOL = 1e-3        # transformers float32 vs lucebox F32 weights + F32 KV
-SELF_TOL = 1e-4       # lucebox vs lucebox (verify/commit vs AR prefill), F32
+SELF_TOL = 0.0        # lucebox vs lucebox (verify/commit/micro-batches vs AR prefill): bit for bit
 # A "clear" greedy choice: transformers' top-1 logit ahead of its top-2 by more than the weight
 # type's rounding can move it (logit std ~8; the random tiny model amplifies weight noise, so the
 # coarser the type, the larger the margin: bf16 keeps 8 mantissa bits, Q8_0 ~7 per 32-block).
@@ -36,11 +36,6 @@ MARGIN = {"f32": 1.0, "f16": 1.0, "bf16": 2.0, "q8_0": 3.0}
 if DEVICE >= 0:
     MARGIN["q8_0"] = 6.0
 MIN_CLEAR = {"f32": 20, "f16": 20, "bf16": 20, "q8_0": 5 if DEVICE >= 0 else 20}
-# Greedy speculative vs AR on CUDA: the one-token (AR) and batched (verify) kernels differ in
-# summation order and, for quantized KV, in method (the one-query kernel quantizes Q to 8 bits,
-# the batched one widens K/V to f16), so the outputs may part where AR's top two logits are
-# within the KV type's rounding, and only there. CPU kernels are batch-invariant: exact.
-CUDA_NEAR_TIE = {"f32": 1e-3, "f16": 0.05, "q8_0": 0.25, "q4_0": 0.5}
 
 PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fib"
 
@@ -358,12 +353,6 @@ def test_speculative_loop_equals_ar_greedy(tiny_gguf, prompt, kv_type):
             out.append(int(argmax[node]))
             rounds += 1
             moved += path != list(range(len(path)))
-        if DEVICE >= 0 and out[:n_new] != ar[:n_new]:
-            j = next(i for i, (a, b) in enumerate(zip(out, ar)) if a != b)
-            row = prefill_logits(h, np.concatenate([prompt, np.array(ar[:j], np.int32)]))[-1]
-            gap = float(row[ar[j]] - row[out[j]])
-            assert abs(gap) <= CUDA_NEAR_TIE[kv_type], f"diverges from AR at token {j}, logit gap {gap:.4f}"
-            return
         assert rounds < n_new * 0.75 and moved > 0  # tokens were accepted, KV rows were moved
         assert out[:n_new] == ar[:n_new]
 

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # GPU benchmark tables, all measured in one run on one machine:
 #   copy bandwidth, llama.cpp llama-bench tg128 vs lucebox AR on a 27B-shaped synthetic Q4_K_M,
-#   per-step speculative timings (27B-shaped random BF16 draft) at 8K and 32K with each GGML_CUDA_LBQ
-#   mode, and (LUCEBOX_BENCH_FULL=1, the default) Q8_0-KV AR and tree-op timings.
+#   per-step speculative timings (27B-shaped random BF16 draft) at 8K and 32K with the batch-invariant
+#   kernels (the default) and at 8K without them, and (LUCEBOX_BENCH_FULL=1, the default) Q8_0-KV AR and
+#   tree-op timings.
 #   bash benchmarks/device/bench.sh BUILD_DIR WORK_DIR OUT_DIR
 set -uo pipefail
 BUILD="$1"; WORK="$2"; OUT="$3"
@@ -35,16 +36,14 @@ log "llama.cpp llama-bench tg128 (same pin, same ggml build)"
 LB="$(find "$BUILD" -name llama-bench -type f -perm -u+x | head -1)"
 "$LB" -m "$T" -ngl 99 -p 0 -n 128 -r 3 -fa 0,1 -o md 2>"$WORK/llama_bench.err"
 
-log "lucebox AR + speculative step timings (small-batch K-quant kernel on verify batches: GGML_CUDA_LBQ=1)"
+log "lucebox AR + speculative step timings (batch-invariant kernels, the default)"
 python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx "${LUCEBOX_BENCH_CTX:-8192,32768}" --n-gen 128 --steps 10 \
     --copy-gbs "$COPY_GBS" --json "$OUT/step_bench.json" 2>&1
 
-# the same step with ggml's own kernels only (0) and with the small-batch kernel on one-token steps too (2)
-for mode in 0 2; do
-    log "lucebox AR + speculative step, GGML_CUDA_LBQ=$mode"
-    GGML_CUDA_LBQ=$mode python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192 --n-gen 64 \
-        --steps 10 --copy-gbs "$COPY_GBS" 2>&1 | grep "^|"
-done
+# the same step with the faster batch-dependent kernels (outputs may then part from AR at near-ties)
+log "lucebox AR + speculative step, batch_invariant = 0"
+python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192 --n-gen 64 --steps 10 --no-invariant \
+    --copy-gbs "$COPY_GBS" --json "$OUT/step_bench_fast.json" 2>&1 | grep "^|"
 
 if [ "${LUCEBOX_BENCH_FULL:-1}" = 1 ]; then
     log "lucebox AR with a Q8_0 KV cache (head size 256)"

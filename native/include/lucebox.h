@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define LB_ABI_VERSION 1
+#define LB_ABI_VERSION 2
 
 /* status codes */
 #define LB_OK              0
@@ -67,6 +67,11 @@ typedef struct lb_params {
     int32_t ubatch;            /* prefill micro-batch (tokens per graph)                          */
     int32_t max_tree;          /* most nodes (root included) one lb_verify may take               */
     int32_t log_level;         /* LB_LOG_*                                                         */
+    int32_t batch_invariant;   /* 1 (default): every token computes to the same bits whatever batch it
+                                  shares (a step, a verify tree, a prefill micro-batch), so greedy
+                                  speculative output equals AR output bit for bit. 0: on CUDA, the
+                                  faster batch-dependent kernels (outputs may part at near-ties). The
+                                  CPU kernels are always invariant. CUDA: process-wide (ggml-cuda's). */
 } lb_params;
 
 typedef struct lb_model_info {
@@ -91,7 +96,7 @@ LB_API const char * lb_last_error(void);
 /* Number of CUDA devices this build can use (0 in a CPU-only build). Never fails. */
 LB_API int32_t lb_device_count(void);
 
-/* Fill *p with defaults (max_ctx 4096, f16 KV, CPU, all threads, ubatch 512, max_tree 64). */
+/* Fill *p with defaults (max_ctx 4096, f16 KV, CPU, all threads, ubatch 512, max_tree 64, invariant). */
 LB_API void lb_params_default(lb_params * p);
 
 /* Load the target (and draft, if p->draft_path) and allocate caches. *out is set on success. */

@@ -54,6 +54,7 @@ LB_API void lb_params_default(lb_params * p) {
     p->ubatch = 512;
     p->max_tree = 64;
     p->log_level = LB_LOG_ERROR;
+    p->batch_invariant = 1;
 }
 
 LB_API int32_t lb_load(const lb_params * p, lb_engine ** out) {

@@ -70,7 +70,7 @@ std::string Backend::name() const {
     return backend ? ggml_backend_name(backend) : "none";
 }
 
-void backend_init(Backend & b, int32_t device, int32_t n_threads) {
+void backend_init(Backend & b, int32_t device, int32_t n_threads, bool batch_invariant) {
     if (device < 0) {
         b.backend = ggml_backend_cpu_init();
         check(b.backend != nullptr, LB_E_BACKEND, "cannot initialise the ggml CPU backend");
@@ -91,10 +91,13 @@ void backend_init(Backend & b, int32_t device, int32_t n_threads) {
               " found); pick device -1 (CPU) or 0.." + std::to_string(n_dev - 1));
     b.backend = ggml_backend_cuda_init(device);
     check(b.backend != nullptr, LB_E_BACKEND, "cannot initialise CUDA device " + std::to_string(device));
+    // patch 0009: one kernel path per op whatever the batch (see lb_params.batch_invariant)
+    ggml_backend_cuda_set_batch_invariant(batch_invariant);
     b.device = device;
     b.n_threads = n_threads;
 #else
     (void) n_threads;
+    (void) batch_invariant;
     throw Error(LB_E_UNSUPPORTED, "this liblucebox was built without CUDA; use device -1 (CPU) or rebuild with "
                                   "-DLUCEBOX_CUDA=ON");
 #endif

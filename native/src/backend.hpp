@@ -28,7 +28,7 @@ struct Backend {
 
 // Creates the backend; throws Error(LB_E_UNSUPPORTED) for a CUDA device this build or machine
 // does not have, Error(LB_E_BACKEND) when initialisation fails.
-void backend_init(Backend & b, int32_t device, int32_t n_threads);
+void backend_init(Backend & b, int32_t device, int32_t n_threads, bool batch_invariant);
 
 // Throws Error(LB_E_UNSUPPORTED) naming the first node the backend cannot run.
 void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * what);

@@ -53,9 +53,10 @@ void lb_engine::load(const lb_params & p) {
     max_ctx = p.max_ctx;
     ubatch = p.ubatch;
     max_tree = p.max_tree;
-    flash_ = kv_type != GGML_TYPE_F32;
+    check(p.batch_invariant == 0 || p.batch_invariant == 1, LB_E_INVALID_ARG,
+          "batch_invariant must be 0 or 1, got " + std::to_string(p.batch_invariant));
 
-    lb::backend_init(backend, p.device, p.n_threads);
+    lb::backend_init(backend, p.device, p.n_threads, p.batch_invariant != 0);
     model = lb::load_target(target_path, backend.backend, backend.is_cpu());
     if (!backend.is_cpu()) check_cuda_shapes(model->hp);
     lb::cache_init(cache, *model, backend.backend, max_ctx, kv_type, max_tree);
@@ -171,7 +172,7 @@ void lb_engine::check_batch(const int32_t * toks, int32_t n, const float * logit
 lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::ForwardShape & shape, const char * what) {
     if (slot.graph && slot.graph->shape == shape) return *slot.graph;
     slot.graph.reset();
-    std::unique_ptr<lb::ForwardGraph> g = lb::build_forward(*model, cache, shape, flash_);
+    std::unique_ptr<lb::ForwardGraph> g = lb::build_forward(*model, cache, shape);
     lb::check_graph_supported(backend, g->meta.gf, what);
     lb::mark_graph_reusable(g->meta.gf);
     if (!slot.galloc) slot.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.backend));

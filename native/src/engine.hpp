@@ -103,7 +103,6 @@ private:
     // length (a few MB each) is cheaper than re-planning one graph per call
     std::map<std::pair<int32_t, bool>, CommitSlot> commit_slots_;
     uint32_t capture_gen_ = 0;
-    bool flash_ = true;
 
     // the last verify, kept for commit
     bool verify_pending_ = false;

@@ -14,7 +14,6 @@ struct ForwardBuilder {
     const TargetHparams & hp;
     const TargetCache & c;
     const ForwardShape & s;
-    bool flash;
     ForwardGraph & fg;
     ggml_context * ctx;
     ggml_cgraph * gf;
@@ -61,19 +60,14 @@ ggml_tensor * ForwardBuilder::attention(int32_t il, ggml_tensor * x) {
     ggml_tensor * kv_k = ggml_view_3d(ctx, kc, D, s.n_kv, Hkv, c.k[size_t(il)]->nb[1], head_bytes, 0);
     ggml_tensor * kv_v = ggml_view_3d(ctx, vc, D, s.n_kv, Hkv, c.v[size_t(il)]->nb[1], head_bytes, 0);
 
+    // Flash attention for every cache type: it visits a query's unmasked key rows in slot order and
+    // skips masked ones outright, so a tree node (ancestors at scattered slots, siblings masked) gets
+    // the bits its path gets in an AR step. A mul_mat + softmax over all slots would sum the masked
+    // zeros in with the rest, in an order that depends on where the path's rows sit.
     const float scale = 1.0f / std::sqrt(float(D));
     ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n, H]
-    ggml_tensor * o;
-    if (flash) {
-        o = ggml_flash_attn_ext(ctx, qp, kv_k, kv_v, fg.mask, scale, 0.0f, 0.0f);  // [D, H, n]
-        o = ggml_reshape_2d(ctx, o, D * H, n);
-    } else {
-        ggml_tensor * kq = matmul(ctx, kv_k, qp);                             // [n_kv, n, H]
-        kq = ggml_soft_max_ext(ctx, kq, fg.mask, scale, 0.0f);
-        ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, kv_v, 1, 0, 2, 3));  // [n_kv, D, Hkv]
-        o = matmul(ctx, vt, kq);                                          // [D, n, H]
-        o = ggml_cont_2d(ctx, ggml_permute(ctx, o, 0, 2, 1, 3), D * H, n);
-    }
+    ggml_tensor * o = ggml_flash_attn_ext(ctx, qp, kv_k, kv_v, fg.mask, scale, 0.0f, 0.0f);  // [D, H, n]
+    o = ggml_reshape_2d(ctx, o, D * H, n);
     o = ggml_mul(ctx, o, ggml_sigmoid(ctx, gate));
     return matmul(ctx, L.wo, o);
 }
@@ -171,11 +165,10 @@ void ForwardBuilder::build() {
 
 }  // namespace
 
-std::unique_ptr<ForwardGraph> build_forward(const TargetModel & m, const TargetCache & c, const ForwardShape & s,
-                                            bool flash) {
+std::unique_ptr<ForwardGraph> build_forward(const TargetModel & m, const TargetCache & c, const ForwardShape & s) {
     auto fg = std::make_unique<ForwardGraph>(graph_max_nodes(m.hp.n_layer));
     fg->shape = s;
-    ForwardBuilder b{m, m.hp, c, s, flash, *fg, fg->meta.ctx, fg->meta.gf};
+    ForwardBuilder b{m, m.hp, c, s, *fg, fg->meta.ctx, fg->meta.gf};
     b.build();
     return fg;
 }

@@ -51,8 +51,6 @@ struct ForwardGraph {
     explicit ForwardGraph(size_t max_nodes) : meta(max_nodes) {}
 };
 
-// flash: use ggml_flash_attn_ext (F16 / quantized KV); else mul_mat + softmax (F32 KV, exact).
-std::unique_ptr<ForwardGraph> build_forward(const TargetModel & m, const TargetCache & c, const ForwardShape & s,
-                                            bool flash);
+std::unique_ptr<ForwardGraph> build_forward(const TargetModel & m, const TargetCache & c, const ForwardShape & s);
 
 }  // namespace lb

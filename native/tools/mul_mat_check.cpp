@@ -1,9 +1,10 @@
-// mul_mat_check: quantized mat-mul on the CUDA backend against the CPU backend, at the column counts of
-// a decode step (1) and of verify trees (2..32), for the weight types patch 0006's small-batch kernel
-// takes (Q4_K, Q6_K) and one it leaves to ggml (Q8_0), with contiguous and strided activations.
-//   mul_mat_check            prints one line per case; exit 1 if any result is off
-// With GGML_CUDA_LBQ=2 in the environment it also requires every column to compute to the same bits
-// alone and inside a batch (what makes a one-token step and a verify batch round identically).
+// mul_mat_check: mat-mul on the CUDA backend against the CPU backend, at the column counts of a decode
+// step (1), of verify trees (2..32) and of prefill micro-batches (up to 64), for the weight types patch
+// 0006's small-batch kernel takes (Q4_K, Q6_K) and others ggml runs (Q8_0, F16, BF16), with contiguous
+// and strided activations.
+//   mul_mat_check              prints one line per case; exit 1 if any result is off
+//   mul_mat_check invariant    batch-invariant mode (patch 0009) on, and every column must compute to the
+//                              same bits alone and inside any batch (a one-token step == a verify batch)
 #include "compute_once.hpp"
 #include "ggml-cpu.h"
 #ifdef LUCEBOX_WITH_CUDA
@@ -19,6 +20,8 @@
 
 namespace {
 
+constexpr int kMaxCols = 64;
+
 struct Case {
     ggml_type type;
     int64_t k, m;
@@ -30,7 +33,7 @@ std::vector<float> mul_mat(ggml_backend_t backend, const Case & c, const std::ve
     ggml_init_params ip = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
     ggml_context * ctx = ggml_init(ip);
     ggml_tensor * w = ggml_new_tensor_2d(ctx, c.type, c.k, c.m);
-    ggml_tensor * xs = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, x_stride, 32);
+    ggml_tensor * xs = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, x_stride, kMaxCols);
     ggml_tensor * xv = ggml_view_2d(ctx, xs, c.k, n, xs->nb[1], 0);
     ggml_tensor * y = ggml_mul_mat(ctx, w, xv);
     ggml_cgraph * g = ggml_new_graph(ctx);
@@ -43,13 +46,15 @@ std::vector<float> mul_mat(ggml_backend_t backend, const Case & c, const std::ve
 
 }  // namespace
 
-int main() {
+int main(int argc, char ** argv) {
 #ifndef LUCEBOX_WITH_CUDA
+    (void) argc;
+    (void) argv;
     std::fprintf(stderr, "mul_mat_check: this build has no CUDA (configure with -DLUCEBOX_CUDA=ON)\n");
     return 2;
 #else
-    const char * mode = std::getenv("GGML_CUDA_LBQ");
-    const bool invariant = mode && std::atoi(mode) >= 2;
+    const bool invariant = argc > 1 && std::strcmp(argv[1], "invariant") == 0;
+    ggml_backend_cuda_set_batch_invariant(invariant);
     ggml_backend_t cpu = ggml_backend_cpu_init();
     ggml_backend_t cuda = ggml_backend_cuda_init(0);
     if (!cuda) {
@@ -60,17 +65,17 @@ int main() {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     int bad = 0;
     const Case cases[] = {{GGML_TYPE_Q4_K, 5120, 600}, {GGML_TYPE_Q6_K, 1024, 9000}, {GGML_TYPE_Q4_K, 256, 64},
-                          {GGML_TYPE_Q8_0, 1024, 300}};
+                          {GGML_TYPE_Q8_0, 1024, 300}, {GGML_TYPE_F16, 512, 200}, {GGML_TYPE_BF16, 512, 200}};
     for (const Case & c : cases) {
         std::vector<float> wf(size_t(c.k * c.m));
         for (float & v : wf) v = nd(rng) / std::sqrt(float(c.k));
         std::vector<uint8_t> wq(ggml_row_size(c.type, c.k) * c.m);
         ggml_quantize_chunk(c.type, wf.data(), wq.data(), 0, c.m, c.k, nullptr);
         for (int64_t x_stride : {c.k, c.k + 64}) {
-            std::vector<float> x(size_t(x_stride * 32));
+            std::vector<float> x(size_t(x_stride * kMaxCols));
             for (float & v : x) v = nd(rng);
             std::vector<float> alone;
-            for (int n : {1, 2, 8, 9, 16, 23, 32}) {
+            for (int n : {1, 2, 8, 9, 16, 23, 32, 33, 64}) {
                 const std::vector<float> ref = mul_mat(cpu, c, wq, x, x_stride, n);
                 const std::vector<float> got = mul_mat(cuda, c, wq, x, x_stride, n);
                 double num = 0, den = 0;
@@ -84,7 +89,8 @@ int main() {
                 if (n == 1) alone.assign(got.begin(), got.begin() + c.m);
                 const bool same = std::memcmp(alone.data(), got.data(), size_t(c.m) * sizeof(float)) == 0;
                 // the CPU quantizes activations to 8 bits, the GPU to 8 bits (mmvq, mmq) or f16 (lbq)
-                const bool ok = finite && rel < 2e-2 && (!invariant || c.type == GGML_TYPE_Q8_0 || same);
+                // (and for all n, every column: a one-column product's bits, in invariant mode)
+                const bool ok = finite && rel < 2e-2 && (!invariant || same);
                 bad += !ok;
                 std::printf("%s k=%lld m=%lld stride=%lld n=%2d: rel L2 vs cpu %.2e, column 0 bitwise equal to n=1: %s %s\n",
                             ggml_type_name(c.type), (long long)c.k, (long long)c.m, (long long)x_stride, n, rel,

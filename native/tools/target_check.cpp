@@ -47,9 +47,8 @@ int run(int argc, char ** argv) {
     for (int i = 1; i + 1 < argc; i += 2) kv[std::string(argv[i]).substr(2)] = argv[i + 1];
     auto get = [&](const std::string & k, const std::string & d) { return kv.count(k) ? kv[k] : d; };
 
-    lb_params p;
+    lb_params p{};  // the fields lb_params_default (api.cpp, not linked here) would set, spelled out
     p.target_path = kv["model"].c_str();
-    p.draft_path = nullptr;
     p.max_ctx = 2048;
     const std::string kv_name = get("kv", "f32");
     p.kv_type = kv_name == "f16" ? LB_KV_F16 : kv_name == "q8_0" ? LB_KV_Q8_0 : LB_KV_F32;
@@ -58,6 +57,7 @@ int run(int argc, char ** argv) {
     p.ubatch = std::stoi(get("ubatch", "512"));
     p.max_tree = 64;
     p.log_level = LB_LOG_ERROR;
+    p.batch_invariant = 1;
 
     lb_engine e;
     e.load(p);

@@ -103,6 +103,19 @@ void backend_init(Backend & b, int32_t device, int32_t n_threads, bool batch_inv
 #endif
 }
 
+BatchDependentKernels::BatchDependentKernels() {
+#ifdef LUCEBOX_WITH_CUDA
+    was_invariant_ = ggml_backend_cuda_get_batch_invariant();
+    ggml_backend_cuda_set_batch_invariant(false);
+#endif
+}
+
+BatchDependentKernels::~BatchDependentKernels() {
+#ifdef LUCEBOX_WITH_CUDA
+    ggml_backend_cuda_set_batch_invariant(was_invariant_);
+#endif
+}
+
 void mark_graph_reusable(ggml_cgraph * gf) {
 #ifdef LUCEBOX_HAVE_GRAPH_UID
     gf->uid = ggml_graph_next_uid();

@@ -30,6 +30,21 @@ struct Backend {
 // does not have, Error(LB_E_BACKEND) when initialisation fails.
 void backend_init(Backend & b, int32_t device, int32_t n_threads, bool batch_invariant);
 
+// While alive, lets ggml-cuda pick its faster batch-dependent kernels (lb_params.batch_invariant off).
+// For a graph whose shapes never differ between the runs that must agree bit for bit (the draft's
+// proposal: always one block over the same context): its kernels are then chosen by those same shapes,
+// so it stays deterministic. A no-op on the CPU and when invariance is off already.
+class BatchDependentKernels {
+public:
+    BatchDependentKernels();
+    ~BatchDependentKernels();
+    BatchDependentKernels(const BatchDependentKernels &) = delete;
+    BatchDependentKernels & operator=(const BatchDependentKernels &) = delete;
+
+private:
+    bool was_invariant_ = false;
+};
+
 // Throws Error(LB_E_UNSUPPORTED) naming the first node the backend cannot run.
 void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * what);
 

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "error.hpp"
+#include "backend.hpp"
 #include "matmul.hpp"
 
 namespace lb {
@@ -111,6 +112,7 @@ bool DraftModel::flash_supported() const {
     ggml_tensor * v = ggml_new_tensor_3d(ctx, v_cache_[0]->type, c.head_dim, rows_, c.n_head_kv);
     ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, rows_, B);
     ggml_tensor * fa = ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f, 0.0f, 0.0f);
+    const BatchDependentKernels as_in_propose;  // the kernels propose() runs with
     const bool ok = ggml_backend_supports_op(backend_, fa);
     ggml_free(ctx);
     return ok;

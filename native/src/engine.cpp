@@ -175,9 +175,7 @@ lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::Forwar
     lb::check_graph_supported(backend, g->meta.gf, what);
     lb::mark_graph_reusable(g->meta.gf);
     if (!slot.galloc) slot.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.backend));
-    check(ggml_gallocr_alloc_graph(slot.galloc, g->meta.gf), LB_E_OOM,
-          std::string("cannot allocate the compute buffer for ") + what + " on " + backend.name() +
-              "; lower ubatch or max_tree");
+    lb::alloc_graph_or_throw(slot.galloc, g->meta.gf, backend.backend, what, "lower ubatch or max_tree");
     slot.graph = std::move(g);
     return *slot.graph;
 }

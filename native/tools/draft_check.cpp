@@ -29,6 +29,7 @@
 #endif
 
 // The draft module is internal to liblucebox (hidden symbols), so compile it in here.
+#include "backend.cpp"
 #include "json.cpp"
 #include "safetensors.cpp"
 #include "draft_config.cpp"

@@ -141,6 +141,25 @@ def test_ctrl_c_stops_the_reply_and_the_session_goes_on(engine):
     assert signal.getsignal(signal.SIGINT) is handler  # Ctrl+C is itself again at the prompt
 
 
+def test_ctrl_c_mid_ddtree_reply_keeps_the_cache_for_the_next_turn(engine, tiny_pair):
+    # a DDTree step commits several tokens at once; stopping after the first shown one must not
+    # leave committed-but-unshown tokens that make the next turn re-prefill the conversation
+    session = chat.ChatSession(engine, max_new_tokens=200, mode="ddtree", ignore_eos=True)
+    for at in (2, 3, 5):
+        session.reset()
+        chat._reply(session, "tell me a long story", _InterruptingOut(at=at), io.StringIO())
+        assert session.last.finish_reason == "cancelled"
+        ids_next = session.prompt_ids("shorter please")
+        n_new = len(ids_next) - len(session.ids)  # template glue + the message
+        "".join(session.send("shorter please"))
+        # those, and at most the pending last token of the stopped reply: nothing older
+        assert session.last.stats.prompt_tokens <= n_new + 1
+        target, draft = tiny_pair
+        with Engine(target, draft=draft, max_ctx=1024, device="cpu") as fresh:
+            want = fresh.generate(ids_next, 200, mode="ar", ignore_eos=True).tokens
+        assert session.last.tokens == want
+
+
 def test_context_overflow_is_reported_and_reset_recovers(tiny_pair):
     target, draft = tiny_pair
     with Engine(target, max_ctx=64, device="cpu") as small:

@@ -1,0 +1,51 @@
+"""Child process of the fuzz tests: load each case of a manifest, and run it if it loads.
+
+Prints `START i` before case i, then `ok i`, `error i <message>` (a one-line NativeError) or
+`bad i <what>`; a crash or hang shows as a START with no result (tests/fuzz_files.py).
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+
+from lucebox._native import Handle, NativeError
+
+
+def exercise(h: Handle) -> None:
+    """Every kind of call once: a prefill, an AR step, and with a draft a draft/verify/commit step."""
+    info = h.info()
+    toks = np.arange(1, 9, dtype=np.int32) % info["n_vocab"]
+    last = h.prefill(toks)
+    last = h.step(last)
+    if info["has_draft"]:
+        ids = np.zeros((info["block_size"] - 1, 2), np.int32)
+        logp = np.zeros(ids.shape, np.float32)
+        h.draft(last, ids, logp)
+        tree = np.array([last, ids[0, 0], ids[0, 1]], np.int32)
+        out = np.zeros(3, np.int32)
+        h.verify(tree, np.array([-1, 0, 0], np.int32), out)
+        h.commit(np.array([0, 1], np.int32))
+
+
+def main(manifest: str) -> None:
+    cases = json.loads(open(manifest).read())
+    for i, case in enumerate(cases):
+        print(f"START {i}", flush=True)
+        try:
+            with Handle(case["target"], case.get("draft"), max_ctx=64, max_tree=8, n_threads=1,
+                        log_level="quiet") as h:
+                exercise(h)
+        except NativeError as e:
+            msg = str(e)
+            ok = msg and "\n" not in msg
+            print(f"{'error' if ok else 'bad'} {i} {msg!r}", flush=True)
+        except Exception as e:  # noqa: BLE001 (reported as a failure by the parent)
+            print(f"bad {i} {type(e).__name__}: {str(e)!r}", flush=True)
+        else:
+            print(f"ok {i}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -115,6 +115,13 @@ class Tokenizer:
     def encode(self, text: str, add_special: bool = False) -> list[int]:
         """Special tokens written in `text` (e.g. <|im_start|>) become their ids; `add_special`
         prepends BOS when the GGUF asks for it (Qwen does not)."""
+        if not isinstance(text, str):
+            raise TokenizerError(f"text to encode must be a str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates: undecodable bytes from argv, stdin or a file
+            raise TokenizerError(f"the text is not valid Unicode (an undecodable byte at character {e.start}); "
+                                 "pass UTF-8 text") from None
         ids = self._hf.encode(text, add_special_tokens=False).ids
         return [self.bos_id] + ids if add_special and self.add_bos else ids
 

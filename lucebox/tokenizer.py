@@ -102,7 +102,17 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> "Tokenizer":
-        return cls(read_metadata(path, _KEYS), source=str(path))
+        meta = read_metadata(path, _KEYS)
+        try:
+            tok = cls(meta, source=str(path))
+            if tok.chat_template is not None and not isinstance(tok.chat_template, str):
+                raise TypeError("tokenizer.chat_template is not a string")
+            return tok
+        except TokenizerError:
+            raise
+        except Exception as e:  # noqa: BLE001 (a value of the wrong type or shape in the file)
+            raise TokenizerError(f"{path}: malformed tokenizer metadata ({type(e).__name__}: "
+                                 f"{' '.join(str(e).split())[:200]}); re-convert the model") from None
 
     @property
     def vocab_size(self) -> int:

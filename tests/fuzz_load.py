@@ -29,10 +29,31 @@ def exercise(h: Handle) -> None:
         h.commit(np.array([0, 1], np.int32))
 
 
+def tokenize(path: str) -> None:
+    """What `lucebox run` does with the file before loading it: build the tokenizer, use it."""
+    from lucebox.tokenizer import Tokenizer
+
+    tok = Tokenizer.from_gguf(path)
+    ids = tok.encode("Hello, wörld <|im_end|> 123")
+    tok.decode(ids)
+    if tok.chat_template:
+        tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)
+
+
 def main(manifest: str) -> None:
     cases = json.loads(open(manifest).read())
     for i, case in enumerate(cases):
         print(f"START {i}", flush=True)
+        if case.get("tokenizer"):
+            try:
+                tokenize(case["target"])
+            except (ValueError, OSError) as e:  # TokenizerError / GGUFError / a template error
+                if "\n" in str(e) or not str(e):
+                    print(f"bad {i} tokenizer: {type(e).__name__}: {str(e)!r}", flush=True)
+                    continue
+            except Exception as e:  # noqa: BLE001
+                print(f"bad {i} tokenizer: {type(e).__name__}: {str(e)!r}", flush=True)
+                continue
         try:
             with Handle(case["target"], case.get("draft"), max_ctx=64, max_tree=8, n_threads=1,
                         log_level="quiet") as h:

@@ -1,5 +1,6 @@
 """Fuzz: hypothesis-driven mutations of the tiny target GGUF and draft, each loaded (and, when it
-loads, run one step of every call kind) in a child process. A clean one-line NativeError or a
+loads, run one step of every call kind; for half the GGUFs, first through the Python tokenizer)
+in a child process. A clean one-line NativeError or a
 working engine passes; a signal, a hang, or any other error fails and prints the mutations.
 
 Cases are batched (one child per batch; a crash or hang restarts the child after the culprit).
@@ -56,6 +57,12 @@ TARGET_KEYS = {
     "qwen35.attention.recurrent_layers": (ff.ARRAY, ff.BOOL), "qwen35.full_attention_interval": (ff.U32, None),
     "qwen35.rope.dimension_count": (ff.U32, None),
     "qwen35.nextn_predict_layers": (ff.U32, None),  # absent from the base file: setting it adds it
+    # read by the Python tokenizer (lucebox run builds it before loading the engine)
+    "tokenizer.ggml.model": (ff.STRING, None), "tokenizer.ggml.pre": (ff.STRING, None),
+    "tokenizer.ggml.tokens": (ff.ARRAY, ff.STRING), "tokenizer.ggml.token_type": (ff.ARRAY, ff.I32),
+    "tokenizer.ggml.merges": (ff.ARRAY, ff.STRING), "tokenizer.ggml.eos_token_id": (ff.U32, None),
+    "tokenizer.ggml.bos_token_id": (ff.U32, None), "tokenizer.ggml.add_bos_token": (ff.BOOL, None),
+    "tokenizer.chat_template": (ff.STRING, None),
 }
 INT_TYPES = [ff.U8, ff.I8, ff.U16, ff.I16, ff.U32, ff.I32, ff.U64, ff.I64]
 N_TENSORS = 109
@@ -178,7 +185,8 @@ def test_fuzz_target_gguf(bases, tmp_path_factory):
         for i, (kind, mutations) in enumerate(cases):
             path = work / f"case-{i}.gguf"
             path.write_bytes(ff.mutate_gguf(bases[kind], mutations))
-            files.append({"target": str(path), "draft": None})
+            # every other case also goes through the Python tokenizer, as `lucebox run` would
+            files.append({"target": str(path), "draft": None, "tokenizer": i % 2 == 0})
         check_batch(files, cases, work, "target")
     batch()
 

@@ -146,10 +146,19 @@ class Engine:
         """str -> raw text tokens; list of {role, content} dicts -> chat template; ints as is."""
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt)
-        prompt = list(prompt)
-        if prompt and isinstance(prompt[0], dict):
-            # the template's special markers (<|im_start|> ...) encode as their special ids
-            return self.tokenizer.encode(self.tokenizer.apply_chat_template(prompt))
+        kind = type(prompt).__name__
+        try:
+            if isinstance(prompt, (bytes, bytearray)):
+                raise TypeError
+            prompt = list(prompt)
+            if prompt and isinstance(prompt[0], dict):
+                # the template's special markers (<|im_start|> ...) encode as their special ids
+                return self.tokenizer.encode(self.tokenizer.apply_chat_template(prompt))
+            if not all(isinstance(t, (int, np.integer)) for t in prompt):
+                raise TypeError
+        except TypeError:
+            raise ValueError("prompt must be a str, a list of {role, content} messages or a list of token ids; "
+                             f"got {kind}") from None
         return [int(t) for t in prompt]
 
     def _prefill(self, ids: list[int], stats: GenerationStats) -> int:

@@ -245,3 +245,12 @@ def interrupted(injector, body) -> bool:
     except KeyboardInterrupt:
         return True
     return False
+
+
+# --- bad arguments -------------------------------------------------------------------------------
+@pytest.mark.parametrize("prompt", [None, b"bytes", 5, [1.5], [1, "a"], [{"role": "user"}]])
+def test_bad_prompts_are_value_errors(engine, prompt):
+    with pytest.raises(ValueError) as err:
+        engine.generate(prompt, 2)
+    assert "\n" not in str(err.value)
+    assert_in_sync(engine)

@@ -192,7 +192,8 @@ def _build_hf(tokens: list[str], types: list[int], merges: list[str], pre: str):
     try:
         bpe = models.BPE(vocab, [tuple(m.split(" ", 1)) for m in merges], fuse_unk=False, byte_fallback=False)
     except Exception as e:  # tokenizers raises a bare Exception on merges that name unknown tokens
-        raise TokenizerError(f"the GGUF's tokenizer metadata is inconsistent: {e}") from None
+        detail = " ".join(str(e).split())[:200]  # tokenizers' messages span lines
+        raise TokenizerError(f"the GGUF's tokenizer metadata is inconsistent ({detail}); re-convert the model") from None
     hf = Tokenizer(bpe)
     hf.normalizer = normalizers.NFC()
     hf.pre_tokenizer = pre_tokenizers.Sequence([
@@ -206,5 +207,5 @@ def _build_hf(tokens: list[str], types: list[int], merges: list[str], pre: str):
     for i, _ in added:
         if hf.token_to_id(tokens[i]) != i:
             raise TokenizerError(f"the GGUF's tokenizer metadata is inconsistent: token {tokens[i]!r} "
-                                 f"(id {i}) appears twice")
+                                 f"(id {i}) appears twice; re-convert the model")
     return hf

@@ -154,9 +154,9 @@ DraftConfig draft_config_parse(const std::string & text, const std::string & ori
     try {
         top = json::parse(text.data(), text.size());
     } catch (const std::runtime_error & e) {
-        throw Error(LB_E_FORMAT, origin + ": " + e.what());
+        throw Error(LB_E_FORMAT, origin + ": " + e.what() + "; fix or re-download the draft's config.json");
     }
-    if (!top.is_object()) throw Error(LB_E_FORMAT, origin + ": not a JSON object");
+    if (!top.is_object()) throw Error(LB_E_FORMAT, origin + ": not a JSON object; fix or re-download the draft's config.json");
 
     if (const json::Value * arch = top.find("architectures"); arch && arch->is_array()) {
         for (const auto & a : arch->array) {

@@ -89,7 +89,7 @@ bool GgufFile::is_array(const std::string & key) const {
 
 std::string GgufFile::get_str(const std::string & key) const {
     const int64_t id = key_id(key, true);
-    check(gguf_get_kv_type(gguf_, id) == GGUF_TYPE_STRING, LB_E_FORMAT, where() + ": metadata " + key + " is not a string");
+    check(gguf_get_kv_type(gguf_, id) == GGUF_TYPE_STRING, LB_E_FORMAT, where() + ": metadata " + key + " is not a string; re-convert the model");
     return gguf_get_val_str(gguf_, id);
 }
 
@@ -109,15 +109,15 @@ uint32_t GgufFile::get_u32(const std::string & key, bool required, uint32_t dflt
         case GGUF_TYPE_ARRAY: {
             // a per-layer array read as a scalar is only valid when every entry agrees
             const std::vector<int64_t> a = get_ints(key);
-            check(!a.empty(), LB_E_FORMAT, where() + ": metadata " + key + " is an empty array");
-            for (int64_t x : a) check(x == a[0], LB_E_UNSUPPORTED, where() + ": per-layer " + key + " is not supported");
+            check(!a.empty(), LB_E_FORMAT, where() + ": metadata " + key + " is an empty array; re-convert the model");
+            for (int64_t x : a) check(x == a[0], LB_E_UNSUPPORTED, where() + ": per-layer " + key + " is not supported; re-convert the model with one value for all layers");
             v = a[0];
             break;
         }
         default:
-            throw Error(LB_E_FORMAT, where() + ": metadata " + key + " is not an integer");
+            throw Error(LB_E_FORMAT, where() + ": metadata " + key + " is not an integer; re-convert the model");
     }
-    check(v >= 0 && v <= int64_t(INT32_MAX), LB_E_FORMAT, where() + ": metadata " + key + " is out of range");
+    check(v >= 0 && v <= int64_t(INT32_MAX), LB_E_FORMAT, where() + ": metadata " + key + " is out of range; re-convert the model");
     return uint32_t(v);
 }
 
@@ -138,7 +138,7 @@ float GgufFile::get_f32(const std::string & key, bool required, float dflt) cons
 
 std::vector<int64_t> GgufFile::get_ints(const std::string & key) const {
     const int64_t id = key_id(key, true);
-    check(gguf_get_kv_type(gguf_, id) == GGUF_TYPE_ARRAY, LB_E_FORMAT, where() + ": metadata " + key + " is not an array");
+    check(gguf_get_kv_type(gguf_, id) == GGUF_TYPE_ARRAY, LB_E_FORMAT, where() + ": metadata " + key + " is not an array; re-convert the model");
     // the element type first: gguf_get_arr_data aborts on a string array
     const gguf_type t = gguf_get_arr_type(gguf_, id);
     check(is_integer_type(t), LB_E_FORMAT,

@@ -16,9 +16,7 @@ The child prints START before each case, so a crash or hang names its case.
 from __future__ import annotations
 
 import json
-import math
 import os
-import shutil
 import struct
 import subprocess
 import sys
@@ -271,11 +269,3 @@ def run_cases(cases: list[dict], workdir: Path, timeout_per_case: float = 10.0) 
                                    "timeout" if hung else f"exit status {rc}")
         start = current + 1
     return [r if r is not None else Outcome("bad", "no result") for r in results]
-
-
-def is_finite_json(v) -> bool:
-    return not (isinstance(v, float) and not math.isfinite(v))
-
-
-def clean(path: Path) -> None:
-    shutil.rmtree(path, ignore_errors=True)

@@ -232,7 +232,8 @@ class Outcome:
     detail: str = ""
 
 
-def run_cases(cases: list[dict], workdir: Path, timeout_per_case: float = 10.0) -> list[Outcome]:
+def run_cases(cases: list[dict], workdir: Path, timeout_per_case: float = 10.0,
+              timeout_base: float = 10.0) -> list[Outcome]:
     """cases: {"target": path, "draft": path or None}. Loads them in child processes; a crash or
     hang ends the child: its case is marked and the rest run in a new child."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -245,7 +246,7 @@ def run_cases(cases: list[dict], workdir: Path, timeout_per_case: float = 10.0) 
                                                                           os.environ.get("PYTHONPATH")])))
         try:
             done = subprocess.run([sys.executable, str(LOADER), str(manifest)], capture_output=True, text=True,
-                                  env=env, timeout=5 + timeout_per_case * (len(cases) - start))
+                                  env=env, timeout=timeout_base + timeout_per_case * (len(cases) - start))
             stdout, rc, hung = done.stdout, done.returncode, False
         except subprocess.TimeoutExpired as e:
             stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")

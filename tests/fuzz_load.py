@@ -6,7 +6,9 @@ Prints `START i` before case i, then `ok i`, `error i <message>` (a one-line Nat
 from __future__ import annotations
 
 import json
+import os
 import sys
+import time
 
 import numpy as np
 
@@ -44,6 +46,10 @@ def main(manifest: str) -> None:
     cases = json.loads(open(manifest).read())
     for i, case in enumerate(cases):
         print(f"START {i}", flush=True)
+        if case.get("selftest") == "crash":  # the harness's own test: a case that kills the child
+            os.abort()
+        if case.get("selftest") == "hang":
+            time.sleep(3600)
         if case.get("tokenizer"):
             try:
                 tokenize(case["target"])

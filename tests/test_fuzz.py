@@ -24,8 +24,8 @@ import fuzz_files as ff
 
 LONG = os.environ.get("LUCEBOX_FUZZ_LONG") == "1"
 BATCH = 40
-BATCHES_TARGET = 80 if LONG else 10    # x BATCH cases
-BATCHES_DRAFT = 40 if LONG else 6
+BATCHES_TARGET = 80 if LONG else 20    # x BATCH cases
+BATCHES_DRAFT = 40 if LONG else 12
 
 FUZZ_SETTINGS = dict(deadline=None, database=None, phases=[Phase.explicit, Phase.generate],
                      suppress_health_check=list(HealthCheck))
@@ -216,3 +216,10 @@ def test_unmutated_files_load_and_run(tiny_gguf, tiny_draft_dir, bases, tmp_path
     ff.mutate_draft(tiny_draft_dir, tmp_path / "same-draft", [])
     cases.append({"target": str(tiny_gguf["f32"]), "draft": str(tmp_path / "same-draft")})
     assert [o.kind for o in ff.run_cases(cases, tmp_path / "run")] == ["ok", "ok", "ok"]
+
+
+def test_harness_isolates_crashes_and_hangs(tiny_gguf, tmp_path):
+    ok = {"target": str(tiny_gguf["f32"]), "draft": None}
+    cases = [ok, {**ok, "selftest": "crash"}, ok, {**ok, "selftest": "hang"}, ok]
+    outcomes = ff.run_cases(cases, tmp_path, timeout_per_case=1.0, timeout_base=2.0)
+    assert [o.kind for o in outcomes] == ["ok", "crash", "ok", "hang", "ok"]

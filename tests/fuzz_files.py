@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -245,7 +246,8 @@ def run_cases(cases: list[dict], workdir: Path, timeout_per_case: float = 10.0,
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(LOADER.parent.parent),
                                                                           os.environ.get("PYTHONPATH")])))
         try:
-            done = subprocess.run([sys.executable, str(LOADER), str(manifest)], capture_output=True, text=True,
+            done = subprocess.run([sys.executable, str(LOADER), str(manifest), str(timeout_per_case)],
+                                  capture_output=True, text=True,
                                   env=env, timeout=timeout_base + timeout_per_case * (len(cases) - start))
             stdout, rc, hung = done.stdout, done.returncode, False
         except subprocess.TimeoutExpired as e:
@@ -266,7 +268,7 @@ def run_cases(cases: list[dict], workdir: Path, timeout_per_case: float = 10.0,
             if hung:
                 raise RuntimeError("fuzz loader hung outside a case")
             break
-        results[current] = Outcome("hang" if hung else "crash",
-                                   "timeout" if hung else f"exit status {rc}")
+        hung = hung or rc == -signal.SIGALRM  # the child's per-case alarm
+        results[current] = Outcome("hang" if hung else "crash", "timeout" if hung else f"exit status {rc}")
         start = current + 1
     return [r if r is not None else Outcome("bad", "no result") for r in results]

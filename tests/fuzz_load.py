@@ -1,12 +1,14 @@
 """Child process of the fuzz tests: load each case of a manifest, and run it if it loads.
 
-Prints `START i` before case i, then `ok i`, `error i <message>` (a one-line NativeError) or
-`bad i <what>`; a crash or hang shows as a START with no result (tests/fuzz_files.py).
+Usage: fuzz_load.py MANIFEST SECONDS_PER_CASE. Prints `START i` before case i, then `ok i`,
+`error i <message>` (a one-line NativeError) or `bad i <what>`; a crash or hang (SIGALRM after
+SECONDS_PER_CASE) shows as a START with no result (tests/fuzz_files.py).
 """
 from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import time
 
@@ -42,10 +44,12 @@ def tokenize(path: str) -> None:
         tok.apply_chat_template([{"role": "user", "content": "hi"}], add_generation_prompt=True)
 
 
-def main(manifest: str) -> None:
+def main(manifest: str, seconds_per_case: str) -> None:
     cases = json.loads(open(manifest).read())
     for i, case in enumerate(cases):
         print(f"START {i}", flush=True)
+        # a case still running after this is a hang: SIGALRM's default action ends the child
+        signal.alarm(max(1, round(float(seconds_per_case))))
         if case.get("selftest") == "crash":  # the harness's own test: a case that kills the child
             os.abort()
         if case.get("selftest") == "hang":
@@ -72,7 +76,8 @@ def main(manifest: str) -> None:
             print(f"bad {i} {type(e).__name__}: {str(e)!r}", flush=True)
         else:
             print(f"ok {i}", flush=True)
+    signal.alarm(0)
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    main(sys.argv[1], sys.argv[2])

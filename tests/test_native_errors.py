@@ -291,3 +291,10 @@ def test_safetensors_header_length_off(good, tiny_draft_dir, tmp_path, delta):
     (d / "model.safetensors").write_bytes(bytes(data))
     err = load_error(good, draft_path=str(d))
     assert err.status == E_FORMAT and "model.safetensors" in str(err)
+
+
+def test_messages_quoting_file_strings_stay_one_line(good, tmp_path):
+    import fuzz_files as ff
+
+    err = load_error(_retyped(good, tmp_path / "nl.gguf", "general.architecture", ff.STRING, "qwen\n35\r"))
+    assert err.status == E_UNSUPPORTED and "qwen?35?" in str(err)

@@ -133,7 +133,9 @@ def mutate_gguf(base: Gguf, mutations) -> bytes:
         op = m[0]
         if op == "set":
             _, key, vtype, value, sub_type = m
-            g.set(key, vtype, _json_float(value), sub_type)
+            if F32 in (vtype, sub_type) or F64 in (vtype, sub_type):  # not a string that reads "nan"
+                value = _json_float(value)
+            g.set(key, vtype, value, sub_type)
         elif op == "del":
             g.kv.pop(m[1], None)
         elif op in ("ne", "type", "drop", "rename", "fill"):

@@ -135,15 +135,24 @@ def lib() -> ctypes.CDLL:
     global _lib
     if _lib is not None:
         return _lib
-    handle = ctypes.CDLL(str(library_path()))
+    path = library_path()
+    where = f"{LIB_ENV}={path}" if os.environ.get(LIB_ENV) else str(path)
+    try:
+        handle = ctypes.CDLL(str(path))
+    except OSError as e:
+        raise LibraryNotFound(f"cannot load {where} ({' '.join(str(e).split())}); point {LIB_ENV} at a "
+                              "liblucebox.so built from this checkout, or unset it") from None
     for name, restype, argtypes in _PROTOTYPES:
-        fn = getattr(handle, name)
+        fn = getattr(handle, name, None)
+        if fn is None:
+            raise LibraryNotFound(f"{where} has no {name}(): it is not liblucebox or is too old; point "
+                                  f"{LIB_ENV} at a liblucebox.so built from this checkout, or unset it")
         fn.restype = restype
         fn.argtypes = argtypes
     found = handle.lb_abi_version()
     if found != ABI_VERSION:
         raise LibraryNotFound(
-            f"liblucebox ABI version {found} != {ABI_VERSION} expected by this Python package; "
+            f"{where}: liblucebox ABI version {found} != {ABI_VERSION} expected by this Python package; "
             "rebuild the library from the same checkout")
     _lib = handle
     return handle
@@ -179,14 +188,28 @@ def _as_i32(values) -> np.ndarray:
     return arr
 
 
+def _i32_param(name: str, value) -> int:
+    """lb_params fields are int32: ctypes would silently wrap 2**31 to a negative number."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or not -2**31 <= value < 2**31:
+        raise ValueError(f"{name} must be an int32 integer, got {value!r}")
+    return int(value)
+
+
 class Handle:
-    """Owns one lb_engine. Low level: arrays in, arrays out; `lucebox.Engine` builds on it."""
+    """Owns one lb_engine. Low level: arrays in, arrays out; `lucebox.Engine` builds on it.
+
+    It also journals the tokens each call commits, written before the call: the native cache then
+    always holds `journal[:n_past]`, even when an exception (Ctrl+C) lands between the native call
+    and the caller's bookkeeping; `committed_tokens()` reads that back.
+    """
 
     def __init__(self, target_path, draft_path=None, max_ctx=4096, kv_type="f16", device=-1,
                  n_threads=0, ubatch=512, max_tree=64, log_level="error", batch_invariant=True):
         L = lib()
         if kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
+        if isinstance(log_level, str) and log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {log_level!r}")
         params = Params()
         L.lb_params_default(ctypes.byref(params))
         # keep the encoded paths alive for the duration of lb_load
@@ -194,18 +217,21 @@ class Handle:
         self._draft_b = os.fsencode(str(draft_path)) if draft_path else None
         params.target_path = self._target_b
         params.draft_path = self._draft_b
-        params.max_ctx = max_ctx
+        params.max_ctx = _i32_param("max_ctx", max_ctx)
         params.kv_type = KV_TYPES[kv_type]
-        params.device = device
-        params.n_threads = n_threads
-        params.ubatch = ubatch
-        params.max_tree = max_tree
-        params.log_level = LOG_LEVELS[log_level] if isinstance(log_level, str) else int(log_level)
+        params.device = _i32_param("device", device)
+        params.n_threads = _i32_param("n_threads", n_threads)
+        params.ubatch = _i32_param("ubatch", ubatch)
+        params.max_tree = _i32_param("max_tree", max_tree)
+        params.log_level = LOG_LEVELS[log_level] if isinstance(log_level, str) else _i32_param("log_level", log_level)
         params.batch_invariant = int(bool(batch_invariant))
         out = _engine_p()
         _check(L.lb_load(ctypes.byref(params), ctypes.byref(out)))
         self._ptr = out
         self._next = np.zeros(1, dtype=np.int32)
+        self._info = ModelInfo()
+        self._journal: list[int] = []          # native cache == _journal[:n_past]
+        self._tree: np.ndarray | None = None   # tokens of the last verify, for commit's journal entry
         self.info_cache = self.info()
 
     # --- lifetime -------------------------------------------------------------------------
@@ -238,16 +264,38 @@ class Handle:
         _check(lib().lb_model_info_get(self._p(), ctypes.byref(out)))
         return out.as_dict()
 
+    def n_past(self) -> int:
+        """Tokens the native caches hold now (P)."""
+        _check(lib().lb_model_info_get(self._p(), ctypes.byref(self._info)))
+        return int(self._info.n_past)
+
+    def committed_tokens(self) -> list[int]:
+        """The tokens the native caches hold, in order (the journal up to the native P)."""
+        n = self.n_past()
+        del self._journal[n:]
+        if len(self._journal) != n:  # only if lb_* were called around this Handle
+            raise RuntimeError(f"lost track of the native cache ({n} tokens, {len(self._journal)} journaled); "
+                               "call reset() and prefill again")
+        return list(self._journal)
+
+    def _journal_at_p(self, tokens) -> None:
+        """Record `tokens` as committed after the native P, before the call that commits them."""
+        del self._journal[self.n_past():]
+        self._journal.extend(int(t) for t in tokens)
+
     def reset(self) -> None:
         _check(lib().lb_reset(self._p()))
+        self._journal.clear()  # harmless if skipped: the native P is 0 either way
 
     def prefill(self, tokens, logits: np.ndarray | None = None) -> int:
         toks = _as_i32(tokens)
         lp, cap = _f32_or_null(logits)
+        self._journal_at_p(toks.tolist())
         _check(lib().lb_prefill(self._p(), _i32(toks), toks.size, _i32(self._next), lp, cap))
         return int(self._next[0])
 
     def step(self, token: int) -> int:
+        self._journal_at_p([token])
         _check(lib().lb_step(self._p(), int(token), _i32(self._next)))
         return int(self._next[0])
 
@@ -264,8 +312,15 @@ class Handle:
         if pars.size != toks.size or out_argmax.size < toks.size or out_argmax.dtype != np.int32:
             raise ValueError("verify: tokens, parents and out_argmax (int32) must have one length")
         lp, cap = _f32_or_null(logits)
+        self._tree = None
         _check(lib().lb_verify(self._p(), _i32(toks), _i32(pars), toks.size, _i32(out_argmax), lp, cap))
+        self._tree = toks.copy()
 
     def commit(self, path) -> None:
         arr = _as_i32(path)
+        tree = self._tree
+        if tree is not None and arr.size and (arr.min() < 0 or arr.max() >= tree.size):
+            tree = None  # a bad path: lb_commit refuses it and commits nothing
+        self._journal_at_p(tree[arr].tolist() if tree is not None else [])
         _check(lib().lb_commit(self._p(), _i32(arr), arr.size))
+        self._tree = None

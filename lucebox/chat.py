@@ -159,7 +159,11 @@ def _reply(session: ChatSession, text: str, out, err) -> None:
                     break
             stream.close()
         except (ValueError, RuntimeError) as e:  # the conversation outgrew max_ctx, a native failure
-            print(f"\n[error: {e}; /reset starts a new conversation]", file=err, flush=True)
+            from .tokenizer import TokenizerError
+
+            # a message that cannot be encoded (invalid UTF-8) leaves the conversation as it was
+            hint = "" if isinstance(e, TokenizerError) else "; /reset starts a new conversation"
+            print(f"\n[error: {e}{hint}]", file=err, flush=True)
             return
     print(file=out, flush=True)
     reason = session.last.finish_reason if session.last is not None else None

@@ -15,7 +15,8 @@ from contextlib import contextmanager
 import click
 
 from . import __version__
-from .config import DEFAULT_BUDGET, DEFAULT_TOP_K, KV_TYPES, MAX_TREE
+from .config import (DEFAULT_BUDGET, DEFAULT_TOP_K, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_NEW_TOKENS, MAX_TOP_K,
+                     MAX_TREE)
 
 PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
 PREFILL_CHUNK = 512
@@ -62,7 +63,7 @@ def _model_options(max_ctx_help: str):
                          help="Target GGUF (else $LUCEBOX_TARGET, the pulled model, the embedded default)."),
             click.option("--draft", type=click.Path(), help="DFlash draft folder (else $LUCEBOX_DRAFT or the pulled draft)."),
             click.option("--no-draft", is_flag=True, help="Load no draft (AR decoding only)."),
-            click.option("--max-ctx", type=click.IntRange(min=16), default=None, help=max_ctx_help),
+            click.option("--max-ctx", type=click.IntRange(16, MAX_CTX_LIMIT), default=None, help=max_ctx_help),
             click.option("--kv", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache type."),
             click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
             click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all)."),
@@ -76,13 +77,13 @@ def _model_options(max_ctx_help: str):
 def _decode_options(n_gen_default: int):
     def decorate(fn):
         options = [
-            click.option("-n", "--n-gen", type=click.IntRange(min=1), default=n_gen_default, show_default=True,
+            click.option("-n", "--n-gen", type=click.IntRange(1, MAX_NEW_TOKENS), default=n_gen_default, show_default=True,
                          help="Most tokens to generate."),
             click.option("--mode", type=click.Choice(["ar", "chain", "ddtree"]), default=None,
                          help="Decoding: ddtree when a draft is loaded, else ar."),
-            click.option("--budget", type=click.IntRange(min=1), default=DEFAULT_BUDGET, show_default=True,
+            click.option("--budget", type=click.IntRange(1, MAX_BUDGET), default=DEFAULT_BUDGET, show_default=True,
                          help="DDTree draft nodes per step."),
-            click.option("--top-k", type=click.IntRange(min=1), default=DEFAULT_TOP_K, show_default=True,
+            click.option("--top-k", type=click.IntRange(1, MAX_TOP_K), default=DEFAULT_TOP_K, show_default=True,
                          help="Draft candidates per block position."),
             click.option("--system", default=None, help="System message (chat template)."),
         ]
@@ -192,7 +193,12 @@ def _read_prompt(prompt, prompt_file) -> str:
         return prompt
     if sys.stdin is None or sys.stdin.isatty():
         raise click.UsageError("no prompt: pass --prompt TEXT, --prompt-file FILE, or pipe text on stdin")
-    text = sys.stdin.read()
+    data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise click.ClickException(f"the prompt read from stdin is not UTF-8 (byte 0x{data[e.start]:02x} at "
+                                   f"offset {e.start}); convert it, e.g. with iconv -t UTF-8") from None
     if not text.strip():
         raise click.UsageError("the prompt read from stdin is empty")
     return text
@@ -269,11 +275,11 @@ def chat(n_gen, mode, budget, top_k, system, ignore_eos, target, draft, no_draft
 @click.option("--prompts", "prompt_files", multiple=True, type=click.Path(dir_okay=False),
               help="JSONL suite (chat messages per line); repeatable. Default: HumanEval, Math500, GSM8K.")
 @click.option("--n-prompts", type=click.IntRange(min=1), default=10, show_default=True, help="Prompts per suite.")
-@click.option("-n", "--n-gen", type=click.IntRange(min=1), default=256, show_default=True)
+@click.option("-n", "--n-gen", type=click.IntRange(1, MAX_NEW_TOKENS), default=256, show_default=True)
 @click.option("--budgets", default=str(DEFAULT_BUDGET), show_default=True,
               help="DDTree budgets, comma-separated (a sweep: 1,8,16,22,32).")
 @click.option("--chain", "with_chain", is_flag=True, help="Also run chain mode (linear verify) per budget.")
-@click.option("--top-k", type=click.IntRange(min=1), default=DEFAULT_TOP_K, show_default=True)
+@click.option("--top-k", type=click.IntRange(1, MAX_TOP_K), default=DEFAULT_TOP_K, show_default=True)
 @click.option("--stop-at-eos", is_flag=True, help="End a run at end-of-sequence (default: always n_gen tokens).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default="lucebox-bench.json",
               show_default=True, help="Where to save the results.")

@@ -1,14 +1,39 @@
 """Configuration dataclasses: every default lives here, and bad values raise ValueError."""
 from __future__ import annotations
 
+import numbers
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 KV_TYPES = ("f16", "q8_0", "q4_0", "f32")
 MODES = ("auto", "ar", "chain", "ddtree")
+LOG_LEVELS = ("quiet", "error", "info", "debug")
 DEFAULT_BUDGET = 22
 DEFAULT_TOP_K = 8
 MAX_TREE = 64  # nodes per verify, root included (native max_tree)
+MAX_TREE_LIMIT = 1024
+MAX_BUDGET = MAX_TREE_LIMIT - 1  # draft nodes of the largest tree
+# Draft candidates per block position: a tree of at most MAX_BUDGET draft nodes never uses a rank
+# past that, and the draft's output buffers grow with it ((block_size - 1) * top_k): a typo like
+# 2000000000 must be an error, not a 112 GiB allocation.
+MAX_TOP_K = MAX_BUDGET
+MAX_CTX_LIMIT = 1 << 24  # native kMaxCtxLimit
+MAX_UBATCH = 1 << 16
+MAX_NEW_TOKENS = 1 << 30
+
+
+def max_threads() -> int:
+    """Most CPU threads the native side accepts: 4 per hardware thread, at most ggml's 512."""
+    return min(512, 4 * (os.cpu_count() or 128))
+
+
+def _check_int(name: str, value, lo: int, hi: int, hint: str = "") -> None:
+    """ValueError unless value is an int (not a bool) in [lo, hi]: ctypes would wrap it silently."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise ValueError(f"{name} must be an integer, got {value!r}")
+    if not lo <= value <= hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}], got {value}" + (f"; {hint}" if hint else ""))
 
 
 @dataclass
@@ -23,7 +48,7 @@ class EngineConfig:
     n_threads: int = 0          # CPU threads; 0 = all cores
     ubatch: int = 512           # prefill micro-batch
     max_tree: int = MAX_TREE
-    log_level: str = "error"
+    log_level: str = "error"    # one of LOG_LEVELS
     # every token computes to the same bits in any batch (greedy speculative == AR, bit for bit); False
     # lets CUDA pick faster batch-dependent kernels (benchmarks); the CPU is always invariant
     batch_invariant: bool = True
@@ -32,16 +57,17 @@ class EngineConfig:
         self.target = Path(self.target)
         if self.draft is not None:
             self.draft = Path(self.draft)
-        if self.max_ctx < 16:
-            raise ValueError(f"max_ctx must be >= 16, got {self.max_ctx}")
+        _check_int("max_ctx", self.max_ctx, 16, MAX_CTX_LIMIT)
         if self.kv not in KV_TYPES:
             raise ValueError(f"kv must be one of {', '.join(KV_TYPES)}; got {self.kv!r}")
-        if self.ubatch < 1:
-            raise ValueError(f"ubatch must be >= 1, got {self.ubatch}")
-        if not 2 <= self.max_tree <= 1024:
-            raise ValueError(f"max_tree must be in [2, 1024], got {self.max_tree}")
-        if self.n_threads < 0:
-            raise ValueError(f"n_threads must be >= 0, got {self.n_threads}")
+        _check_int("ubatch", self.ubatch, 1, MAX_UBATCH)
+        _check_int("max_tree", self.max_tree, 2, MAX_TREE_LIMIT)
+        _check_int("n_threads", self.n_threads, 0, max_threads(),
+                   "0 uses all cores; more than 4 per hardware thread only slows ggml down")
+        if self.log_level not in LOG_LEVELS:
+            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {self.log_level!r}")
+        if not isinstance(self.device, str):
+            raise ValueError(f"device must be a string (auto, cpu, cuda or cuda:N); got {self.device!r}")
         device_index(self.device)  # validates
 
 
@@ -81,14 +107,13 @@ class GenerationConfig:
     ignore_eos: bool = False
 
     def __post_init__(self):
-        if self.max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {self.max_new_tokens}")
+        _check_int("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {self.mode!r}")
-        if self.budget < 1:
-            raise ValueError(f"budget must be >= 1, got {self.budget}")
-        if self.top_k < 1:
-            raise ValueError(f"top_k must be >= 1, got {self.top_k}")
+        _check_int("budget", self.budget, 1, MAX_BUDGET, "draft nodes per verify (default 22)")
+        _check_int("top_k", self.top_k, 1, MAX_TOP_K, "draft candidates per block position (default 8)")
         if isinstance(self.stop, str):
             self.stop = (self.stop,)
+        if not all(isinstance(s, str) for s in self.stop):
+            raise ValueError(f"stop must be a string or a list of strings, got {self.stop!r}")
         self.stop = tuple(s for s in self.stop if s)

@@ -6,6 +6,8 @@ the committed tokens equal AR greedy decoding, whatever the draft proposes.
 """
 from __future__ import annotations
 
+import itertools
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,13 +25,25 @@ from .stats import GenerationStats
 @dataclass
 class Generation:
     text: str
-    tokens: list[int]
+    tokens: list[int]           # a cancelled stream adds what its last step committed unshown (see stream)
     finish_reason: str          # "length", "eos", "stop", "context" or "cancelled"
     stats: GenerationStats
 
 
 class Engine:
-    """`with Engine("target.gguf", draft="draft_dir") as e: print(e.generate("Hi").text)`."""
+    """`with Engine("target.gguf", draft="draft_dir") as e: print(e.generate("Hi").text)`.
+
+    Threads: one Engine serves one request at a time. `generate()`, `next_logits()`, `reset()` and
+    `close()` hold `engine.lock` (a re-entrant lock) for their whole run, so calls from several
+    threads are serialised, each with the output it would get alone. A `stream()` holds the lock only
+    while a step runs, not while it is paused at a `yield`: another call may then take the engine,
+    and the paused stream raises RuntimeError when resumed instead of yielding text from a cache it
+    no longer owns. To keep the engine for a whole stream (a server), hold `engine.lock` around it.
+
+    Interrupts: an exception at any point (Ctrl+C in a native call, an error) leaves Python's record
+    of the cache equal to what the native cache holds (read back from the handle's journal), so the
+    next call reuses what it can and gives the output a fresh engine would.
+    """
 
     def __init__(self, target: str | Path | None = None, draft: str | Path | None = None, *,
                  config: EngineConfig | None = None, tokenizer=None, **options):
@@ -51,15 +65,21 @@ class Engine:
         self._tokenizer = tokenizer  # one already built from this target's GGUF, or None (built lazily)
         self._cache_tokens: list[int] = []   # exactly what the native caches hold
         self._pending: int | None = None     # target argmax after _cache_tokens (not yet fed)
+        self.lock = threading.RLock()        # one request at a time (see the class docstring)
+        self._epoch = 0                      # bumped by every call that takes the engine over
         # verify output buffer, allocated once
         self._argmax = np.empty(self.info["max_tree"], np.int32)
         self.last_stats: GenerationStats | None = None
 
     # --- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
-        if getattr(self, "_handle", None) is not None:
-            self._handle.close()
-            self._handle = None
+        if getattr(self, "_handle", None) is None:
+            return
+        with self.lock:  # never free the native engine under a call running in another thread
+            if self._handle is not None:
+                self._epoch += 1
+                self._handle.close()
+                self._handle = None
 
     def __enter__(self) -> "Engine":
         return self
@@ -84,18 +104,62 @@ class Engine:
         return self._tokenizer
 
     def reset(self) -> None:
-        self._h().reset()
-        self._cache_tokens, self._pending = [], None
+        with self.lock:
+            self._epoch += 1
+            self._cache_tokens, self._pending = [], None  # first: an interrupted reset then resets again
+            self._transaction(self._h().reset)
+
+    # --- bookkeeping that survives exceptions ----------------------------------------------
+    def _transaction(self, fn, *args):
+        """fn(*args); on any exception (Ctrl+C included) resync with the native cache, then re-raise."""
+        try:
+            return fn(*args)
+        except BaseException:
+            self._resync()
+            raise
+
+    def _resync(self) -> None:
+        """Make Python's record equal the native cache after an exception cut a call short."""
+        self._pending = None  # the argmax after the cache is unknown: the next prompt feeds a token again
+        if self._handle is not None:
+            self._cache_tokens = self._handle.committed_tokens()
+
+    def _exclusive(self, steps: Iterator[list[int]], epoch: int) -> Iterator[list[int]]:
+        """Run the decode steps one at a time under the lock, as long as this stream owns the engine."""
+        while True:
+            with self.lock:
+                if epoch != self._epoch:
+                    steps.close()
+                    raise RuntimeError("this stream lost the Engine to another call (generate, stream, reset, "
+                                       "next_logits or close) while it was paused; finish or close a stream "
+                                       "before the next call, or hold engine.lock around it")
+                try:
+                    chunk = next(steps)
+                except StopIteration:
+                    return
+                except BaseException:
+                    self._resync()
+                    raise
+            yield chunk
 
     # --- prompts --------------------------------------------------------------------------
     def encode_prompt(self, prompt) -> list[int]:
         """str -> raw text tokens; list of {role, content} dicts -> chat template; ints as is."""
         if isinstance(prompt, str):
             return self.tokenizer.encode(prompt)
-        prompt = list(prompt)
-        if prompt and isinstance(prompt[0], dict):
-            # the template's special markers (<|im_start|> ...) encode as their special ids
-            return self.tokenizer.encode(self.tokenizer.apply_chat_template(prompt))
+        kind = type(prompt).__name__
+        try:
+            if isinstance(prompt, (bytes, bytearray)):
+                raise TypeError
+            prompt = list(prompt)
+            if prompt and isinstance(prompt[0], dict):
+                # the template's special markers (<|im_start|> ...) encode as their special ids
+                return self.tokenizer.encode(self.tokenizer.apply_chat_template(prompt))
+            if not all(isinstance(t, (int, np.integer)) for t in prompt):
+                raise TypeError
+        except TypeError:
+            raise ValueError("prompt must be a str, a list of {role, content} messages or a list of token ids; "
+                             f"got {kind}") from None
         return [int(t) for t in prompt]
 
     def _prefill(self, ids: list[int], stats: GenerationStats) -> int:
@@ -103,7 +167,9 @@ class Engine:
         if not ids:
             raise ValueError("prompt is empty")
         n_cached = len(self._cache_tokens)
-        if not (n_cached and n_cached <= len(ids) and ids[:n_cached] == self._cache_tokens):
+        # reuse the cached prefix; a prompt equal to the cache also needs the pending token
+        if not (n_cached and ids[:n_cached] == self._cache_tokens
+                and (n_cached < len(ids) or self._pending is not None)):
             self.reset()
             n_cached = 0
         new = ids[n_cached:]
@@ -121,22 +187,25 @@ class Engine:
         ids = self.encode_prompt(prompt)
         if not ids:
             raise ValueError("prompt is empty")
-        self.reset()
+        with self.lock:
+            self.reset()
+            return self._transaction(self._next_logits, ids)
+
+    def _next_logits(self, ids: list[int]) -> np.ndarray:
         h = self._h()
         if len(ids) > 1:
             h.prefill(np.asarray(ids[:-1], np.int32))
-        out = np.zeros((1, h.info()["n_vocab"]), np.float32)  # the last token alone: the AR step's kernels
+        out = np.zeros((1, self.info["n_vocab"]), np.float32)  # the last token alone: the AR step's kernels
         self._pending = h.prefill(np.asarray(ids[-1:], np.int32), out)
         self._cache_tokens = list(ids)
         return out[0]
 
     # --- generation -----------------------------------------------------------------------
     def generate(self, prompt, max_new_tokens: int = 256, **options) -> Generation:
-        pieces: list[str] = []
-        stream = self.stream(prompt, max_new_tokens, **options)
-        for piece in stream:
-            pieces.append(piece)
-        return self._last_generation
+        with self.lock:  # the whole request: concurrent generate() calls run one after the other
+            for _ in self.stream(prompt, max_new_tokens, **options):
+                pass
+            return self._last_generation
 
     def stream(self, prompt, max_new_tokens: int = 256, *, drafter: Drafter | None = None,
                **options) -> Iterator[str]:
@@ -161,11 +230,15 @@ class Engine:
         out: list[int] = []
         text = ""
         finish = "length"
-        last = self._prefill(ids, stats)
+        with self.lock:
+            last = self._transaction(self._prefill, ids, stats)
+            self._epoch += 1  # after _prefill, whose reset() bumps it too: this stream owns the engine now
+            epoch = self._epoch
         t_start = time.perf_counter()
+        chunk, i = [], 0
         try:
-            for chunk in self._decode(last, gen, mode, drafter, stats, stop_ids):
-                for t in chunk:
+            for chunk in self._exclusive(self._decode(last, gen, mode, drafter, stats, stop_ids), epoch):
+                for i, t in enumerate(chunk):
                     if t in stop_ids:
                         finish = "eos"
                         break
@@ -186,10 +259,14 @@ class Engine:
             else:
                 finish = "context" if len(out) < gen.max_new_tokens else "length"
         except GeneratorExit:
-            # the consumer stopped early (a chat's Ctrl+C): still record what was emitted
+            # the consumer stopped early (a chat's Ctrl+C): still record what was emitted, plus the
+            # rest of the step's tokens (committed, not shown) so the caches stay a prefix of
+            # prompt + tokens and a chat's next turn prefills only its new text
             stats.decode_s = time.perf_counter() - t_start
             stats.new_tokens = len(out)
-            self._last_generation = Generation(text=text, tokens=out, finish_reason="cancelled", stats=stats)
+            unshown = list(itertools.takewhile(lambda t: t not in stop_ids, chunk[i + 1:]))
+            self._last_generation = Generation(text=text, tokens=out + unshown, finish_reason="cancelled",
+                                               stats=stats)
             raise
         stats.decode_s = time.perf_counter() - t_start
         stats.new_tokens = len(out)

@@ -31,6 +31,8 @@ def read_metadata(path: str | Path, keys=None) -> dict:
             return _Parser(mm, path).kv(None if keys is None else set(keys))
     except FileNotFoundError:
         raise GGUFError(f"{path}: no such file; pass the path of a .gguf model") from None
+    except OverflowError:  # a corrupt count or length beyond what the checks above bound
+        raise GGUFError(f"{path}: corrupt GGUF metadata (a length out of range); re-download or re-convert it") from None
     except ValueError as e:  # mmap of an empty file
         if isinstance(e, GGUFError):
             raise
@@ -95,6 +97,8 @@ class _Parser:
             for _ in range(count):
                 (n,) = unpack(mm, off)
                 off += 8
+                if off + n > size:  # before slicing with a length no slice can take
+                    raise GGUFError(f"{self.path}: truncated GGUF metadata at byte {off}")
                 if want:
                     out.append(mm[off:off + n].decode("utf-8", errors="replace"))
                 off += n

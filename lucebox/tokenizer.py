@@ -102,7 +102,17 @@ class Tokenizer:
 
     @classmethod
     def from_gguf(cls, path: str | Path) -> "Tokenizer":
-        return cls(read_metadata(path, _KEYS), source=str(path))
+        meta = read_metadata(path, _KEYS)
+        try:
+            tok = cls(meta, source=str(path))
+            if tok.chat_template is not None and not isinstance(tok.chat_template, str):
+                raise TypeError("tokenizer.chat_template is not a string")
+            return tok
+        except TokenizerError:
+            raise
+        except Exception as e:  # noqa: BLE001 (a value of the wrong type or shape in the file)
+            raise TokenizerError(f"{path}: malformed tokenizer metadata ({type(e).__name__}: "
+                                 f"{' '.join(str(e).split())[:200]}); re-convert the model") from None
 
     @property
     def vocab_size(self) -> int:
@@ -115,6 +125,13 @@ class Tokenizer:
     def encode(self, text: str, add_special: bool = False) -> list[int]:
         """Special tokens written in `text` (e.g. <|im_start|>) become their ids; `add_special`
         prepends BOS when the GGUF asks for it (Qwen does not)."""
+        if not isinstance(text, str):
+            raise TokenizerError(f"text to encode must be a str, got {type(text).__name__}")
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as e:  # lone surrogates: undecodable bytes from argv, stdin or a file
+            raise TokenizerError(f"the text is not valid Unicode (an undecodable byte at character {e.start}); "
+                                 "pass UTF-8 text") from None
         ids = self._hf.encode(text, add_special_tokens=False).ids
         return [self.bos_id] + ids if add_special and self.add_bos else ids
 
@@ -175,7 +192,8 @@ def _build_hf(tokens: list[str], types: list[int], merges: list[str], pre: str):
     try:
         bpe = models.BPE(vocab, [tuple(m.split(" ", 1)) for m in merges], fuse_unk=False, byte_fallback=False)
     except Exception as e:  # tokenizers raises a bare Exception on merges that name unknown tokens
-        raise TokenizerError(f"the GGUF's tokenizer metadata is inconsistent: {e}") from None
+        detail = " ".join(str(e).split())[:200]  # tokenizers' messages span lines
+        raise TokenizerError(f"the GGUF's tokenizer metadata is inconsistent ({detail}); re-convert the model") from None
     hf = Tokenizer(bpe)
     hf.normalizer = normalizers.NFC()
     hf.pre_tokenizer = pre_tokenizers.Sequence([
@@ -189,5 +207,5 @@ def _build_hf(tokens: list[str], types: list[int], merges: list[str], pre: str):
     for i, _ in added:
         if hf.token_to_id(tokens[i]) != i:
             raise TokenizerError(f"the GGUF's tokenizer metadata is inconsistent: token {tokens[i]!r} "
-                                 f"(id {i}) appears twice")
+                                 f"(id {i}) appears twice; re-convert the model")
     return hf

@@ -14,6 +14,16 @@ import pytest
 import tiny_models  # pytest puts tests/ on sys.path (rootdir conftest, default import mode)
 
 
+def pytest_addoption(parser):
+    parser.addoption("--long", action="store_true",
+                     help="long mode: thousands of fuzz cases (same as LUCEBOX_FUZZ_LONG=1)")
+
+
+def pytest_configure(config):
+    if config.getoption("--long"):
+        os.environ["LUCEBOX_FUZZ_LONG"] = "1"  # read by test_fuzz.py and the soak test at import
+
+
 class LazyGGUFs(Mapping):
     """outtype -> GGUF path; each outtype is converted on first access only."""
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from lucebox import chat
+from lucebox.drafters import ScriptedDrafter
 from lucebox.engine import Engine
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -139,6 +140,27 @@ def test_ctrl_c_stops_the_reply_and_the_session_goes_on(engine):
     # AR commits token by token, so the cache still ends where the stopped reply did
     assert session.last.stats.prompt_tokens <= len(session.ids) - len(session.last.tokens) - len(ids_before) + 1
     assert signal.getsignal(signal.SIGINT) is handler  # Ctrl+C is itself again at the prompt
+
+
+def test_ctrl_c_mid_ddtree_reply_keeps_the_cache_for_the_next_turn(engine, tiny_pair):
+    # A DDTree step commits several tokens at once (a perfect draft: a whole block); stopping after
+    # the first shown one must not leave committed-but-unshown tokens that make the next turn
+    # re-prefill the whole conversation.
+    target, draft = tiny_pair
+    with Engine(target, draft=draft, max_ctx=1024, device="cpu") as fresh:
+        first = chat.ChatSession(fresh).prompt_ids("tell me a long story")
+        script = first + fresh.generate(first, 40, mode="ar", ignore_eos=True).tokens
+        perfect = ScriptedDrafter(script, engine.info["block_size"], engine.info["n_vocab"])
+        session = chat.ChatSession(engine, max_new_tokens=40, mode="ddtree", ignore_eos=True, drafter=perfect)
+        chat._reply(session, "tell me a long story", _InterruptingOut(at=2), io.StringIO())
+        assert session.last.finish_reason == "cancelled"
+        assert len(session.last.tokens) > 2  # the step's unshown tokens are part of the conversation
+        ids_next = session.prompt_ids("shorter please")
+        n_new = len(ids_next) - len(session.ids)  # template glue + the message
+        "".join(session.send("shorter please"))
+        # those, and at most the pending last token of the stopped reply: nothing older
+        assert session.last.stats.prompt_tokens <= n_new + 1
+        assert session.last.tokens == fresh.generate(ids_next, 40, mode="ar", ignore_eos=True).tokens
 
 
 def test_context_overflow_is_reported_and_reset_recovers(tiny_pair):

@@ -249,3 +249,25 @@ def test_chunked_prefill_under_a_progress_bar_changes_nothing(tiny_pair, monkeyp
         gen = engine.generate(ids, 12, mode="ddtree")
     assert gen.stats.prompt_tokens == 0  # all of the prompt was already in the caches
     assert gen.tokens == reference
+
+
+# --- hostile input (issue 15): one line, never a traceback -----------------------------------
+@pytest.mark.parametrize("args, word", [
+    (["--threads", "100000"], "n_threads"), (["--threads", "20000"], "n_threads"),
+    (["--top-k", "2000000000"], "--top-k"), (["--budget", "999999"], "--budget"),
+    (["-n", "99999999999"], "--n-gen"), (["--max-ctx", str(2**31)], "--max-ctx"),
+])
+def test_absurd_option_values(tiny_pair, args, word):
+    target, draft = tiny_pair
+    done = _lucebox(["run", "--target", str(target), "--draft", str(draft), "-p", "hi", "-n", "4", *args], env=_env())
+    assert word in _one_line_error(done)
+
+
+def test_invalid_utf8_prompt(tiny_pair):
+    target, draft = tiny_pair
+    cmd = [sys.executable, "-m", "lucebox", "run", "--target", str(target), "--no-draft", "-n", "2"]
+    done = subprocess.run(cmd, input=b"hello \xff\xfe world", capture_output=True, env=_env(), timeout=300)
+    assert "UTF-8" in _one_line_error(subprocess.CompletedProcess(cmd, done.returncode, "", done.stderr.decode()))
+    argv = subprocess.run([*cmd, "-p", os.fsdecode(b"\xff\xfe")], capture_output=True, text=True, env=_env(),
+                          timeout=300)
+    assert "Unicode" in _one_line_error(argv)

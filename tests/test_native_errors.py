@@ -201,3 +201,100 @@ def test_engine_still_works_after_errors(handle):
         handle.prefill(np.array([-5], dtype=np.int32))
     nxt = handle.prefill(np.array([1, 2, 3], dtype=np.int32))
     assert 0 <= nxt < handle.info()["n_vocab"]
+
+
+# --- hostile values (issue 15): each a clean error at load, never an abort at the first forward ------
+
+def _retyped(good: Path, dst: Path, key: str, vtype: int, value, sub_type=None) -> Path:
+    import fuzz_files as ff
+
+    g = ff.Gguf.read(good)
+    g.set(key, vtype, value, sub_type)
+    dst.write_bytes(g.to_bytes())
+    return dst
+
+
+@pytest.mark.parametrize("eps", [-1e-6, float("-inf"), float("nan"), float("inf"), 0.0, 2147483647.0])
+def test_rms_eps_out_of_range(good, tmp_path, eps):
+    import fuzz_files as ff
+
+    path = _retyped(good, tmp_path / "eps.gguf", "qwen35.attention.layer_norm_rms_epsilon", ff.F32, eps)
+    err = load_error(path)
+    assert err.status == E_FORMAT and "layer_norm_rms_epsilon" in str(err)
+
+
+@pytest.mark.parametrize("key", ["qwen35.rope.dimension_sections", "qwen35.attention.head_count",
+                                 "qwen35.attention.recurrent_layers", "qwen35.feed_forward_length"])
+def test_integer_key_stored_as_strings(good, tmp_path, key):
+    import fuzz_files as ff
+
+    path = _retyped(good, tmp_path / "strs.gguf", key, ff.ARRAY, ["3", "3", "2", "0"], ff.STRING)
+    err = load_error(path)
+    assert err.status == E_FORMAT and key in str(err)
+
+
+@pytest.mark.parametrize("key, value", [("qwen35.attention.head_count", 0), ("qwen35.attention.head_count_kv", 3),
+                                        ("qwen35.embedding_length", 2**31 - 1), ("qwen35.block_count", 100000),
+                                        ("qwen35.ssm.conv_kernel", 1), ("qwen35.rope.dimension_count", 2**31 - 1)])
+def test_dimension_out_of_range(good, tmp_path, key, value):
+    import fuzz_files as ff
+
+    err = load_error(_retyped(good, tmp_path / "dim.gguf", key, ff.U32, value))
+    assert err.status in (E_FORMAT, E_UNSUPPORTED)
+
+
+def test_rope_sections_beyond_the_rotary_pairs(good, tmp_path):
+    import fuzz_files as ff
+
+    path = _retyped(good, tmp_path / "rope.gguf", "qwen35.rope.dimension_sections", ff.ARRAY, [3, 3, 2**31 - 1, 0], ff.I32)
+    err = load_error(path)
+    assert err.status == E_FORMAT and "dimension_sections" in str(err)
+
+
+def test_thread_count_bounded(good):
+    err = load_error(good, n_threads=100000)
+    assert err.status == E_INVALID_ARG and "n_threads" in str(err)
+
+
+# --- drafts ----------------------------------------------------------------------------------
+
+def _draft_copy(src: Path, dst: Path, **config_edits) -> Path:
+    import json
+    import shutil
+
+    shutil.copytree(src, dst)
+    cfg = json.loads((dst / "config.json").read_text())
+    for key, value in config_edits.items():
+        (cfg["dflash_config"] if key in cfg["dflash_config"] else cfg)[key] = value
+    (dst / "config.json").write_text(json.dumps(cfg))
+    return dst
+
+
+@pytest.mark.parametrize("edit, word", [
+    ({"rms_norm_eps": 2147483647}, "rms_norm_eps"), ({"rms_norm_eps": -1}, "rms_norm_eps"),
+    ({"target_layer_ids": [1, 1, 1]}, "twice"), ({"target_layer_ids": [1, 3, 9]}, "target_layer_ids"),
+    ({"target_layer_ids": [1, 3]}, "fc.weight"), ({"block_size": 4096}, "block_size"),
+    ({"block_size": 1}, "block_size"), ({"num_hidden_layers": 2**20}, "num_hidden_layers"),
+    ({"num_attention_heads": "4"}, "num_attention_heads"), ({"head_dim": 64.0}, "head_dim")])
+def test_draft_config_values(good, tiny_draft_dir, tmp_path, edit, word):
+    err = load_error(good, draft_path=str(_draft_copy(tiny_draft_dir, tmp_path / "d", **edit)))
+    assert err.status in (E_FORMAT, -5) and word in str(err)
+
+
+@pytest.mark.parametrize("delta", [-1, 1, -8, 8])
+def test_safetensors_header_length_off(good, tiny_draft_dir, tmp_path, delta):
+    # every tensor's bytes shift by delta: the data no longer tiles the file exactly
+    d = _draft_copy(tiny_draft_dir, tmp_path / "d")
+    data = bytearray((d / "model.safetensors").read_bytes())
+    (n,) = struct.unpack_from("<Q", data, 0)
+    struct.pack_into("<Q", data, 0, n + delta)
+    (d / "model.safetensors").write_bytes(bytes(data))
+    err = load_error(good, draft_path=str(d))
+    assert err.status == E_FORMAT and "model.safetensors" in str(err)
+
+
+def test_messages_quoting_file_strings_stay_one_line(good, tmp_path):
+    import fuzz_files as ff
+
+    err = load_error(_retyped(good, tmp_path / "nl.gguf", "general.architecture", ff.STRING, "qwen\n35\r"))
+    assert err.status == E_UNSUPPORTED and "qwen?35?" in str(err)

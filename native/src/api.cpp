@@ -11,8 +11,13 @@ namespace {
 
 thread_local std::string t_last_error;
 
+// One line whatever the message quotes (an architecture name, a tensor name, a path from the
+// file): control characters become '?'.
 int32_t fail(int32_t status, const char * message) {
     t_last_error = message;
+    for (char & c : t_last_error) {
+        if ((unsigned char) c < 0x20 || c == 0x7f) c = '?';
+    }
     return status;
 }
 

@@ -1,6 +1,7 @@
 // backend.cpp: backend creation, op-support checks and log routing.
 #include "backend.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cstdio>
@@ -70,8 +71,45 @@ std::string Backend::name() const {
     return backend ? ggml_backend_name(backend) : "none";
 }
 
+int32_t max_cpu_threads() {
+    const unsigned hw = std::thread::hardware_concurrency();
+    return std::min<int32_t>(GGML_MAX_N_THREADS, hw > 0 ? int32_t(4 * hw) : GGML_MAX_N_THREADS);
+}
+
+namespace {
+
+std::string mib(size_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >> 20) + " MiB"; }
+
+}  // namespace
+
+ggml_backend_buffer_t alloc_tensors_or_throw(ggml_context * ctx, ggml_backend_t backend, const std::string & what,
+                                             const std::string & fix) {
+    ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(backend);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+    if (!buf) {
+        const size_t need = ggml_backend_alloc_ctx_tensors_from_buft_size(ctx, buft);
+        throw Error(LB_E_OOM, "cannot allocate " + mib(need) + " for the " + what + " on " + ggml_backend_name(backend) +
+                                  "; " + fix);
+    }
+    return buf;
+}
+
+void alloc_graph_or_throw(ggml_gallocr_t galloc, ggml_cgraph * gf, ggml_backend_t backend, const std::string & what,
+                          const std::string & fix) {
+    check(galloc != nullptr, LB_E_OOM, "cannot create the graph allocator for the " + what);
+    if (ggml_gallocr_alloc_graph(galloc, gf)) return;
+    size_t need = 0;  // the buffer the failed attempt asked for (one buffer type: one size)
+    ggml_gallocr_reserve_n_size(galloc, gf, nullptr, nullptr, &need);
+    throw Error(LB_E_OOM, "cannot allocate " + mib(need) + " of compute buffer for the " + what + " on " +
+                              ggml_backend_name(backend) + "; " + fix);
+}
+
 void backend_init(Backend & b, int32_t device, int32_t n_threads, bool batch_invariant) {
     if (device < 0) {
+        const int32_t most = max_cpu_threads();
+        check(n_threads <= most, LB_E_INVALID_ARG,
+              "n_threads " + std::to_string(n_threads) + " is more than this machine can use (at most " +
+                  std::to_string(most) + ", 4 per hardware thread); pass 0 for all cores");
         b.backend = ggml_backend_cpu_init();
         check(b.backend != nullptr, LB_E_BACKEND, "cannot initialise the ggml CPU backend");
         const unsigned hw = std::thread::hardware_concurrency();

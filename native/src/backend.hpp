@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml.h"
 
@@ -44,6 +45,18 @@ public:
 private:
     bool was_invariant_ = false;
 };
+
+// Bounds of lb_params.n_threads on the CPU backend: ggml's thread pool holds at most
+// GGML_MAX_N_THREADS, and far more threads than cores only spin (20000 hang, 100000 crash).
+int32_t max_cpu_threads();
+
+// Allocates every tensor of ctx in one buffer on `backend`. A failed host or device allocation
+// (cudaMalloc included) throws Error(LB_E_OOM) naming the size, `what`, and `fix`.
+ggml_backend_buffer_t alloc_tensors_or_throw(ggml_context * ctx, ggml_backend_t backend, const std::string & what,
+                                             const std::string & fix);
+// ggml_gallocr_alloc_graph, with the same LB_E_OOM message (size included) when it fails.
+void alloc_graph_or_throw(ggml_gallocr_t galloc, ggml_cgraph * gf, ggml_backend_t backend, const std::string & what,
+                          const std::string & fix);
 
 // Throws Error(LB_E_UNSUPPORTED) naming the first node the backend cannot run.
 void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * what);

@@ -1,6 +1,8 @@
 // caches.cpp: allocation of the KV cache, recurrent state, tree scratch and capture buffers.
 #include "caches.hpp"
 
+#include "backend.hpp"
+
 #include "error.hpp"
 #include "ggml-alloc.h"
 
@@ -11,12 +13,8 @@ namespace lb {
 namespace {
 
 ggml_backend_buffer_t alloc_or_throw(ggml_context * ctx, ggml_backend_t backend, const char * what) {
-    const size_t need = ggml_backend_alloc_ctx_tensors_from_buft_size(ctx, ggml_backend_get_default_buffer_type(backend));
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
-    if (!buf) {
-        throw Error(LB_E_OOM, std::string("cannot allocate ") + std::to_string(need >> 20) + " MiB for the " + what +
-                                  " on " + ggml_backend_name(backend) + "; lower max_ctx / max_tree or use a smaller KV type");
-    }
+    ggml_backend_buffer_t buf =
+        alloc_tensors_or_throw(ctx, backend, what, "lower max_ctx / max_tree or use a smaller KV type");
     ggml_backend_buffer_clear(buf, 0);  // masked KV rows must hold finite values: 0 * NaN is NaN
     return buf;
 }

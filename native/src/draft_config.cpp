@@ -15,6 +15,10 @@ namespace {
 
 // Sizes beyond this are corrupt configs; the bound keeps every product we form inside int64.
 constexpr int64_t kMaxDim = 1 << 24;
+constexpr int64_t kMaxDraftLayers = 256;    // z-lab drafts have 1-8 layers
+// Tokens per drafted block: z-lab drafts use 16. The verify tree, the draft graph and its cache all
+// grow with it, and a block past 64 is a corrupt config rather than a draft anyone trained.
+constexpr int64_t kMaxBlockSize = 64;
 
 struct Reader {
     const json::Value & top;
@@ -22,7 +26,7 @@ struct Reader {
     const std::string & origin;
 
     [[noreturn]] void fail(int32_t status, const std::string & what) const {
-        throw Error(status, origin + ": " + what);
+        throw Error(status, origin + ": " + what + (status == LB_E_FORMAT ? "; fix or re-download the draft's config.json" : ""));
     }
 
     // Present and not null.
@@ -150,9 +154,9 @@ DraftConfig draft_config_parse(const std::string & text, const std::string & ori
     try {
         top = json::parse(text.data(), text.size());
     } catch (const std::runtime_error & e) {
-        throw Error(LB_E_FORMAT, origin + ": " + e.what());
+        throw Error(LB_E_FORMAT, origin + ": " + e.what() + "; fix or re-download the draft's config.json");
     }
-    if (!top.is_object()) throw Error(LB_E_FORMAT, origin + ": not a JSON object");
+    if (!top.is_object()) throw Error(LB_E_FORMAT, origin + ": not a JSON object; fix or re-download the draft's config.json");
 
     if (const json::Value * arch = top.find("architectures"); arch && arch->is_array()) {
         for (const auto & a : arch->array) {
@@ -169,7 +173,7 @@ DraftConfig draft_config_parse(const std::string & text, const std::string & ori
     }
     const Reader r{top, dflash, origin};
     DraftConfig cfg;
-    cfg.n_layer = r.required_int("num_hidden_layers");
+    cfg.n_layer = r.required_int("num_hidden_layers", 1, kMaxDraftLayers);
     cfg.n_embd = r.required_int("hidden_size");
     cfg.n_head = r.required_int("num_attention_heads");
     cfg.n_head_kv = r.optional_int(Reader::get(&top, "num_key_value_heads"), "num_key_value_heads", cfg.n_head);
@@ -184,20 +188,29 @@ DraftConfig draft_config_parse(const std::string & text, const std::string & ori
                             "num_key_value_heads (" + std::to_string(cfg.n_head_kv) + ")");
     }
     if (cfg.head_dim % 2 != 0) r.fail(LB_E_FORMAT, "\"head_dim\" must be even (RoPE rotates pairs)");
-    if (!(cfg.rms_eps > 0.0f)) r.fail(LB_E_FORMAT, "\"rms_norm_eps\" must be positive");
+    if (!(cfg.rms_eps > 0.0f && cfg.rms_eps <= 1.0f)) {
+        r.fail(LB_E_FORMAT, "\"rms_norm_eps\" = " + std::to_string(cfg.rms_eps) + " is outside (0, 1] (drafts use 1e-6)");
+    }
     if (const json::Value * act = Reader::get(&top, "hidden_act"); act && !(act->is_string() && act->string == "silu")) {
         r.fail(LB_E_UNSUPPORTED, "hidden_act must be \"silu\" (the Qwen3 MLP)");
     }
     read_rope(r, cfg);
     read_attention_layout(r, cfg);
 
-    cfg.block_size = r.optional_int(r.draft_value("block_size"), "block_size", 16, 2, 4096);
+    cfg.block_size = r.optional_int(r.draft_value("block_size"), "block_size", 16, 2, kMaxBlockSize);
     const json::Value * mask = r.draft_value("mask_token_id");
     if (!mask) r.fail(LB_E_FORMAT, "dflash_config has no \"mask_token_id\"; a DFlash draft needs its mask token");
     cfg.mask_token_id = int32_t(r.as_int(mask, "mask_token_id", 0, kMaxDim * 64));
     if (const json::Value * ids = r.draft_value("target_layer_ids")) {
         if (!ids->is_array() || ids->array.empty()) r.fail(LB_E_FORMAT, "\"target_layer_ids\" must be a non-empty list");
-        for (const auto & v : ids->array) cfg.target_layer_ids.push_back(int32_t(r.as_int(&v, "target_layer_ids", 0, 1 << 16)));
+        for (const auto & v : ids->array) {
+            const int32_t id = int32_t(r.as_int(&v, "target_layer_ids", 0, 1 << 16));
+            // each entry selects one feature slice of fc's input: a repeat is a corrupt config
+            if (std::find(cfg.target_layer_ids.begin(), cfg.target_layer_ids.end(), id) != cfg.target_layer_ids.end()) {
+                r.fail(LB_E_FORMAT, "\"target_layer_ids\" lists layer " + std::to_string(id) + " twice");
+            }
+            cfg.target_layer_ids.push_back(id);
+        }
     } else {
         if (cfg.num_target_layers < 4) {
             r.fail(LB_E_FORMAT, "dflash_config has no \"target_layer_ids\" and no usable \"num_target_layers\" to derive them");

@@ -6,6 +6,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "backend.hpp"
 #include "error.hpp"
 #include "backend.hpp"
 #include "matmul.hpp"
@@ -72,11 +73,8 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backe
         m->k_cache_.push_back(ggml_new_tensor_2d(m->kv_ctx_, opt.kv_type, kv_dim, m->rows_));
         m->v_cache_.push_back(ggml_new_tensor_2d(m->kv_ctx_, opt.kv_type, kv_dim, m->rows_));
     }
-    m->kv_buf_ = ggml_backend_alloc_ctx_tensors(m->kv_ctx_, backend);
-    if (!m->kv_buf_) {
-        throw Error(LB_E_OOM, "draft: cannot allocate the context cache (" + std::to_string(m->rows_) +
-                                       " rows); lower max_ctx");
-    }
+    m->kv_buf_ = alloc_tensors_or_throw(m->kv_ctx_, backend, "draft's context cache (" + std::to_string(m->rows_) + " rows)",
+                                        "lower max_ctx");
     // Rows past the live ones are masked out, but 0 * NaN would still poison the attention sum.
     ggml_backend_buffer_clear(m->kv_buf_, 0);
 
@@ -220,7 +218,7 @@ void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const in
         ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, n), slots));
         ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, v_cache_[l], v, slots));
     }
-    if (!ggml_gallocr_alloc_graph(galloc_, g.gf)) throw Error(LB_E_OOM, "draft: cannot allocate the append graph");
+    alloc_graph_or_throw(galloc_, g.gf, backend_, "draft's append graph", "lower max_ctx or ubatch");
 
     std::vector<int32_t> pos_v(static_cast<size_t>(n));
     std::vector<int64_t> slot_v(static_cast<size_t>(n));

@@ -176,7 +176,7 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     ggml_set_output(top.logp);
     ggml_build_forward_expand(g.gf, top.ids);
     ggml_build_forward_expand(g.gf, top.logp);
-    if (!ggml_gallocr_alloc_graph(galloc_, g.gf)) throw Error(LB_E_OOM, "draft: cannot allocate the draft graph");
+    alloc_graph_or_throw(galloc_, g.gf, backend_, "draft graph", "lower the draft top_k");
 
     std::vector<int32_t> tok_v(static_cast<size_t>(B), c.mask_token_id), pos_v(static_cast<size_t>(B));
     std::vector<int64_t> slot_v(static_cast<size_t>(B));

@@ -8,6 +8,7 @@
 
 #include "ggml-alloc.h"
 
+#include "backend.hpp"
 #include "error.hpp"
 #include "matmul.hpp"
 #include "safetensors.hpp"
@@ -234,11 +235,8 @@ std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const 
         L.ffn_down = b.get(p + "mlp.down_proj.weight", {E, F}, true);
         w->layers.push_back(L);
     }
-    w->buffer = ggml_backend_alloc_ctx_tensors(w->ctx, backend);
-    if (!w->buffer) {
-        throw Error(LB_E_OOM, "cannot allocate the draft weights on " + std::string(ggml_backend_name(backend)) +
-                                       ": free memory, or load the draft with a smaller weight type (q8_0)");
-    }
+    w->buffer = alloc_tensors_or_throw(w->ctx, backend, "draft weights",
+                                       "free memory, or load the draft with a smaller weight type (q8_0)");
     ggml_backend_buffer_set_usage(w->buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (const Pending & p : b.pending) upload(st, p);
     return w;

@@ -13,6 +13,7 @@ namespace {
 
 constexpr int32_t kMaxCtxLimit = 1 << 24;
 constexpr int32_t kMaxTreeLimit = 4096;
+constexpr int32_t kMaxUbatchLimit = 1 << 16;  // tokens per prefill graph; mirrors config.MAX_UBATCH
 
 ggml_type kv_type_from_lb(int32_t t) {
     switch (t) {
@@ -43,7 +44,8 @@ void lb_engine::load(const lb_params & p) {
           "lb_params.target_path is empty; pass the path of a qwen35 GGUF");
     check(p.max_ctx >= 1 && p.max_ctx <= kMaxCtxLimit, LB_E_INVALID_ARG,
           "max_ctx " + std::to_string(p.max_ctx) + " is out of range [1, " + std::to_string(kMaxCtxLimit) + "]");
-    check(p.ubatch >= 1, LB_E_INVALID_ARG, "ubatch must be >= 1");
+    check(p.ubatch >= 1 && p.ubatch <= kMaxUbatchLimit, LB_E_INVALID_ARG,
+          "ubatch " + std::to_string(p.ubatch) + " is out of range [1, " + std::to_string(kMaxUbatchLimit) + "]");
     check(p.max_tree >= 1 && p.max_tree <= kMaxTreeLimit, LB_E_INVALID_ARG,
           "max_tree " + std::to_string(p.max_tree) + " is out of range [1, " + std::to_string(kMaxTreeLimit) + "]");
     check(p.device >= -1, LB_E_INVALID_ARG, "device must be -1 (CPU) or a CUDA device index");
@@ -176,9 +178,7 @@ lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::Forwar
     lb::check_graph_supported(backend, g->meta.gf, what);
     lb::mark_graph_reusable(g->meta.gf);
     if (!slot.galloc) slot.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.backend));
-    check(ggml_gallocr_alloc_graph(slot.galloc, g->meta.gf), LB_E_OOM,
-          std::string("cannot allocate the compute buffer for ") + what + " on " + backend.name() +
-              "; lower ubatch or max_tree");
+    lb::alloc_graph_or_throw(slot.galloc, g->meta.gf, backend.backend, what, "lower ubatch or max_tree");
     slot.graph = std::move(g);
     return *slot.graph;
 }

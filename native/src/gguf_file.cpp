@@ -7,12 +7,27 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "error.hpp"
 #include "gguf.h"
 
 namespace lb {
+
+namespace {
+
+bool is_integer_type(gguf_type t) {
+    switch (t) {
+        case GGUF_TYPE_BOOL: case GGUF_TYPE_UINT8: case GGUF_TYPE_INT8: case GGUF_TYPE_UINT16: case GGUF_TYPE_INT16:
+        case GGUF_TYPE_UINT32: case GGUF_TYPE_INT32: case GGUF_TYPE_UINT64: case GGUF_TYPE_INT64:
+            return true;
+        default:
+            return false;
+    }
+}
+
+}  // namespace
 
 GgufFile::GgufFile(const std::string & path) : path_(path) {
     fd_ = ::open(path.c_str(), O_RDONLY);
@@ -74,7 +89,7 @@ bool GgufFile::is_array(const std::string & key) const {
 
 std::string GgufFile::get_str(const std::string & key) const {
     const int64_t id = key_id(key, true);
-    check(gguf_get_kv_type(gguf_, id) == GGUF_TYPE_STRING, LB_E_FORMAT, where() + ": metadata " + key + " is not a string");
+    check(gguf_get_kv_type(gguf_, id) == GGUF_TYPE_STRING, LB_E_FORMAT, where() + ": metadata " + key + " is not a string; re-convert the model");
     return gguf_get_val_str(gguf_, id);
 }
 
@@ -94,35 +109,43 @@ uint32_t GgufFile::get_u32(const std::string & key, bool required, uint32_t dflt
         case GGUF_TYPE_ARRAY: {
             // a per-layer array read as a scalar is only valid when every entry agrees
             const std::vector<int64_t> a = get_ints(key);
-            check(!a.empty(), LB_E_FORMAT, where() + ": metadata " + key + " is an empty array");
-            for (int64_t x : a) check(x == a[0], LB_E_UNSUPPORTED, where() + ": per-layer " + key + " is not supported");
+            check(!a.empty(), LB_E_FORMAT, where() + ": metadata " + key + " is an empty array; re-convert the model");
+            for (int64_t x : a) check(x == a[0], LB_E_UNSUPPORTED, where() + ": per-layer " + key + " is not supported; re-convert the model with one value for all layers");
             v = a[0];
             break;
         }
         default:
-            throw Error(LB_E_FORMAT, where() + ": metadata " + key + " is not an integer");
+            throw Error(LB_E_FORMAT, where() + ": metadata " + key + " is not an integer; re-convert the model");
     }
-    check(v >= 0 && v <= int64_t(INT32_MAX), LB_E_FORMAT, where() + ": metadata " + key + " is out of range");
+    check(v >= 0 && v <= int64_t(INT32_MAX), LB_E_FORMAT, where() + ": metadata " + key + " is out of range; re-convert the model");
     return uint32_t(v);
 }
 
 float GgufFile::get_f32(const std::string & key, bool required, float dflt) const {
     const int64_t id = key_id(key, required);
     if (id < 0) return dflt;
+    double v = 0.0;
     switch (gguf_get_kv_type(gguf_, id)) {
-        case GGUF_TYPE_FLOAT32: return gguf_get_val_f32(gguf_, id);
-        case GGUF_TYPE_FLOAT64: return float(gguf_get_val_f64(gguf_, id));
-        default: throw Error(LB_E_FORMAT, where() + ": metadata " + key + " is not a float");
+        case GGUF_TYPE_FLOAT32: v = gguf_get_val_f32(gguf_, id); break;
+        case GGUF_TYPE_FLOAT64: v = gguf_get_val_f64(gguf_, id); break;
+        default: throw Error(LB_E_FORMAT, where() + ": metadata " + key + " is not a float; re-convert the model");
     }
+    // no model hyperparameter is legitimately inf or NaN (or beyond float range)
+    check(std::isfinite(float(v)), LB_E_FORMAT,
+          where() + ": metadata " + key + " is not a finite number; re-convert the model");
+    return float(v);
 }
 
 std::vector<int64_t> GgufFile::get_ints(const std::string & key) const {
     const int64_t id = key_id(key, true);
-    check(gguf_get_kv_type(gguf_, id) == GGUF_TYPE_ARRAY, LB_E_FORMAT, where() + ": metadata " + key + " is not an array");
+    check(gguf_get_kv_type(gguf_, id) == GGUF_TYPE_ARRAY, LB_E_FORMAT, where() + ": metadata " + key + " is not an array; re-convert the model");
+    // the element type first: gguf_get_arr_data aborts on a string array
+    const gguf_type t = gguf_get_arr_type(gguf_, id);
+    check(is_integer_type(t), LB_E_FORMAT,
+          where() + ": metadata array " + key + " holds " + gguf_type_name(t) + " values, not integers; re-convert the model");
     const size_t n = gguf_get_arr_n(gguf_, id);
     const void * data = gguf_get_arr_data(gguf_, id);
     std::vector<int64_t> out(n);
-    const gguf_type t = gguf_get_arr_type(gguf_, id);
     for (size_t i = 0; i < n; ++i) {
         switch (t) {
             case GGUF_TYPE_BOOL:   out[i] = ((const int8_t *) data)[i] != 0; break;

@@ -24,6 +24,12 @@ namespace {
 
 constexpr const char * kArch = "qwen35";
 
+// Bounds far above any real model (Qwen3.5-27B: 64 layers, n_embd 5120, n_ff 17408): a value past
+// them is a corrupt file, and the bounds keep every size product formed below inside int32/int64.
+constexpr int64_t kMaxTargetLayers = 4096;
+constexpr int64_t kMaxTargetDim = 1 << 20;
+constexpr int64_t kMaxVocab = 1 << 24;
+
 // Matrix storage types: the Q4_K_M / UD-Q4_K_XL families, their neighbours and the float types.
 bool matrix_type_supported(ggml_type t) {
     switch (t) {
@@ -74,53 +80,71 @@ TargetHparams read_hparams(const GgufFile & f) {
     TargetHparams hp;
     const std::string where = f.where();
     const std::string a = std::string(kArch) + ".";
-    const int32_t n_block = int32_t(f.get_u32(a + "block_count", true));
-    hp.n_nextn = int32_t(f.get_u32(a + "nextn_predict_layers", false, 0));
-    check(n_block > hp.n_nextn, LB_E_FORMAT, where + ": block_count <= nextn_predict_layers");
+    const std::string fix = "; re-convert the model";
+    // an integer hyperparameter in [lo, hi], named in the message when it is not
+    auto bounded = [&](const std::string & key, int64_t v, int64_t lo, int64_t hi) {
+        check(v >= lo && v <= hi, LB_E_FORMAT,
+              where + ": metadata " + a + key + " = " + std::to_string(v) + " is outside [" + std::to_string(lo) +
+                  ", " + std::to_string(hi) + "]" + fix);
+        return int32_t(v);
+    };
+    auto get_dim = [&](const std::string & key, bool required, int64_t dflt, int64_t lo = 1, int64_t hi = kMaxTargetDim) {
+        return bounded(key, f.has_key(a + key) || required ? int64_t(f.get_u32(a + key, required)) : dflt, lo, hi);
+    };
+    const int32_t n_block = get_dim("block_count", true, 0, 1, kMaxTargetLayers);
+    hp.n_nextn = get_dim("nextn_predict_layers", false, 0, 0, kMaxTargetLayers);
+    check(n_block > hp.n_nextn, LB_E_FORMAT, where + ": block_count <= nextn_predict_layers" + fix);
     hp.n_layer = n_block - hp.n_nextn;
-    hp.n_embd = int32_t(f.get_u32(a + "embedding_length", true));
+    hp.n_embd = get_dim("embedding_length", true, 0);
     hp.n_ctx_train = int32_t(f.get_u32(a + "context_length", false, 0));
     hp.rms_eps = f.get_f32(a + "attention.layer_norm_rms_epsilon", true, 1e-6f);
+    // ggml's rms_norm asserts eps >= 0; 0 divides by zero on an all-zero row; real models use 1e-6
+    check(hp.rms_eps > 0.0f && hp.rms_eps <= 1.0f, LB_E_FORMAT,
+          where + ": metadata " + a + "attention.layer_norm_rms_epsilon = " + std::to_string(hp.rms_eps) +
+              " is outside (0, 1]" + fix);
 
     // feed_forward_length: a scalar, or one entry per block
     {
         if (f.is_array(a + "feed_forward_length")) {
             const std::vector<int64_t> v = f.get_ints(a + "feed_forward_length");
-            check(int32_t(v.size()) >= hp.n_layer, LB_E_FORMAT, where + ": feed_forward_length has too few entries");
-            for (int32_t il = 0; il < hp.n_layer; ++il) hp.n_ff.push_back(int32_t(v[size_t(il)]));
+            check(int64_t(v.size()) >= int64_t(hp.n_layer), LB_E_FORMAT,
+                  where + ": feed_forward_length has " + std::to_string(v.size()) + " entries for " +
+                      std::to_string(n_block) + " blocks" + fix);
+            for (int32_t il = 0; il < hp.n_layer; ++il) hp.n_ff.push_back(bounded("feed_forward_length", v[size_t(il)], 1, kMaxTargetDim));
         } else {
-            hp.n_ff.assign(size_t(hp.n_layer), int32_t(f.get_u32(a + "feed_forward_length", true)));
+            hp.n_ff.assign(size_t(hp.n_layer), get_dim("feed_forward_length", true, 0));
         }
     }
 
-    hp.n_head = int32_t(f.get_u32(a + "attention.head_count", true));
-    hp.n_head_kv = int32_t(f.get_u32(a + "attention.head_count_kv", false, uint32_t(hp.n_head)));
-    check(hp.n_head > 0, LB_E_FORMAT, where + ": attention.head_count is 0");
-    hp.head_dim = int32_t(f.get_u32(a + "attention.key_length", false, uint32_t(hp.n_embd / hp.n_head)));
-    const int32_t head_dim_v = int32_t(f.get_u32(a + "attention.value_length", false, uint32_t(hp.head_dim)));
-    hp.n_rot = int32_t(f.get_u32(a + "rope.dimension_count", false, uint32_t(hp.head_dim)));
+    hp.n_head = get_dim("attention.head_count", true, 0);
+    hp.n_head_kv = get_dim("attention.head_count_kv", false, hp.n_head);
+    hp.head_dim = get_dim("attention.key_length", false, hp.n_embd / hp.n_head);
+    const int32_t head_dim_v = get_dim("attention.value_length", false, hp.head_dim);
+    hp.n_rot = get_dim("rope.dimension_count", false, hp.head_dim);
     hp.rope_freq_base = f.get_f32(a + "rope.freq_base", false, 10000.0f);
+    check(hp.rope_freq_base > 0.0f, LB_E_FORMAT, where + ": metadata " + a + "rope.freq_base must be positive" + fix);
     if (f.has_key(a + "rope.dimension_sections")) {
         const std::vector<int64_t> s = f.get_ints(a + "rope.dimension_sections");
-        for (size_t i = 0; i < 4 && i < s.size(); ++i) hp.rope_sections[i] = int32_t(s[i]);
+        for (size_t i = 0; i < 4 && i < s.size(); ++i) {
+            hp.rope_sections[i] = bounded("rope.dimension_sections", s[i], 0, hp.n_rot / 2);
+        }
     }
 
-    hp.d_conv = int32_t(f.get_u32(a + "ssm.conv_kernel", true));
-    hp.head_k_dim = int32_t(f.get_u32(a + "ssm.state_size", true));
-    hp.n_k_heads = int32_t(f.get_u32(a + "ssm.group_count", true));
-    hp.n_v_heads = int32_t(f.get_u32(a + "ssm.time_step_rank", true));
-    const int32_t d_inner = int32_t(f.get_u32(a + "ssm.inner_size", true));
+    hp.d_conv = get_dim("ssm.conv_kernel", true, 0, 2, 64);
+    hp.head_k_dim = get_dim("ssm.state_size", true, 0);
+    hp.n_k_heads = get_dim("ssm.group_count", true, 0);
+    hp.n_v_heads = get_dim("ssm.time_step_rank", true, 0);
+    const int32_t d_inner = get_dim("ssm.inner_size", true, 0);
 
     // which layers are Gated DeltaNet: an explicit per-block array, else every
     // full_attention_interval-th layer is full attention
     hp.recurrent.assign(size_t(hp.n_layer), false);
     if (f.has_key(a + "attention.recurrent_layers")) {
         const std::vector<int64_t> r = f.get_ints(a + "attention.recurrent_layers");
-        check(int32_t(r.size()) >= hp.n_layer, LB_E_FORMAT, where + ": attention.recurrent_layers is too short");
+        check(int64_t(r.size()) >= hp.n_layer, LB_E_FORMAT, where + ": attention.recurrent_layers is too short" + fix);
         for (int32_t il = 0; il < hp.n_layer; ++il) hp.recurrent[size_t(il)] = r[size_t(il)] != 0;
     } else {
-        const int32_t interval = int32_t(f.get_u32(a + "full_attention_interval", false, 4));
-        check(interval > 0, LB_E_FORMAT, where + ": full_attention_interval is 0");
+        const int32_t interval = get_dim("full_attention_interval", false, 4, 1, kMaxTargetLayers);
         for (int32_t il = 0; il < hp.n_layer; ++il) hp.recurrent[size_t(il)] = (il + 1) % interval != 0;
     }
 
@@ -211,7 +235,11 @@ void TensorLoader::create_tensors() {
     const TargetHparams & hp = m_.hp;
     const int64_t id_embd = f_.find_tensor("token_embd.weight");
     check(id_embd >= 0, LB_E_FORMAT, f_.where() + " is missing tensor 'token_embd.weight'; re-convert the model");
-    m_.hp.n_vocab = int32_t(f_.tensor_ne(id_embd)[1]);
+    const int64_t n_vocab = f_.tensor_ne(id_embd)[1];
+    check(n_vocab >= 1 && n_vocab <= kMaxVocab, LB_E_FORMAT,
+          f_.where() + ": token_embd.weight has " + std::to_string(n_vocab) + " rows, outside [1, " +
+              std::to_string(kMaxVocab) + "]; re-convert the model");
+    m_.hp.n_vocab = int32_t(n_vocab);
 
     ggml_init_params ip = {ggml_tensor_overhead() * size_t(16 + 24 * hp.n_layer), nullptr, true};
     m_.ctx = ggml_init(ip);
@@ -287,7 +315,9 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
         check(map_buf != nullptr, LB_E_OOM, "cannot wrap the mapped " + f_.where());
         m_.buffers.push_back(map_buf);
         ggml_init_params ip = {ggml_tensor_overhead() * (sources_.size() + 1), nullptr, true};
-        ggml_context * own_ctx = ggml_init(ip);
+        std::unique_ptr<ggml_context, decltype(&ggml_free)> own(ggml_init(ip), &ggml_free);  // freed on throw too
+        ggml_context * own_ctx = own.get();
+        check(own_ctx != nullptr, LB_E_OOM, "cannot create a tensor context for the target");
         std::vector<std::pair<ggml_tensor *, ggml_tensor *>> owned;  // (model tensor, its copy in own_ctx)
         std::vector<const Source *> copied;                          // sources whose data is set below
         for (const Source & s : sources_) {
@@ -306,8 +336,8 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
             m_.weight_bytes += ggml_nbytes(s.t);
         }
         if (!owned.empty()) {
-            ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(own_ctx, backend);
-            check(buf != nullptr, LB_E_OOM, "cannot allocate the target's stacked and converted tensors");
+            ggml_backend_buffer_t buf = alloc_tensors_or_throw(own_ctx, backend, "target's stacked and converted tensors",
+                                                               "free host memory");
             m_.buffers.push_back(buf);
             // the model tensor must own the memory: alias it onto the allocated copy
             for (auto & o : owned) ggml_backend_tensor_alloc(buf, o.first, o.second->data);
@@ -316,16 +346,11 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
                 set_data(*s);
             }
         }
-        ggml_free(own_ctx);
         return;
     }
 
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(m_.ctx, backend);
-    if (!buf) {
-        throw Error(LB_E_OOM, "cannot allocate " + std::to_string(ggml_backend_alloc_ctx_tensors_from_buft_size(
-                                                      m_.ctx, ggml_backend_get_default_buffer_type(backend)) >> 20) +
-                                  " MiB on " + ggml_backend_name(backend) + " for the target weights; use a smaller quant");
-    }
+    ggml_backend_buffer_t buf = alloc_tensors_or_throw(m_.ctx, backend, "target weights",
+                                                       "use a smaller quant or free GPU memory");
     m_.buffers.push_back(buf);
     for (const Source & s : sources_) {
         set_data(s);

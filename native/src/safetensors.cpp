@@ -2,6 +2,7 @@
 // JSON {name: {dtype, shape, data_offsets: [begin, end]}, "__metadata__": {...}}, then the data.
 #include "safetensors.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <sys/stat.h>
@@ -15,6 +16,7 @@ namespace {
 
 // A real header is a few hundred KB; anything huge is a corrupt or hostile file.
 constexpr uint64_t kMaxHeader = 100ull << 20;
+constexpr int64_t kMaxElems = int64_t(1) << 40;
 
 struct FileCloser {
     void operator()(std::FILE * f) const { if (f) std::fclose(f); }
@@ -136,6 +138,7 @@ void SafetensorsSet::add_file(const std::string & path, const std::vector<std::s
     files_.push_back(path);
     const uint64_t data_start = 8 + header_len;
     const uint64_t data_size = uint64_t(file_size) - data_start;
+    std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end) of each tensor in the data section
     for (const auto & kv : root.object) {
         if (kv.first == "__metadata__") continue;
         const json::Value & e = kv.second;
@@ -150,8 +153,13 @@ void SafetensorsSet::add_file(const std::string & path, const std::vector<std::s
         t.name = kv.first;
         t.dtype = dtype->string;
         t.file = file_index;
+        // every dim, and their product, bounded so numel() cannot overflow (the data section bounds it anyway)
+        int64_t numel = 1;
         for (const auto & d : shape->array) {
-            if (!d.is_integer || d.integer < 0) bad(path, "tensor \"" + kv.first + "\" has a bad shape");
+            if (!d.is_integer || d.integer < 0 || d.integer > kMaxElems || (d.integer > 0 && numel > kMaxElems / d.integer)) {
+                bad(path, "tensor \"" + kv.first + "\" has a bad shape");
+            }
+            numel *= d.integer;
             t.shape.push_back(d.integer);
         }
         const json::Value & b = offs->array[0];
@@ -167,8 +175,21 @@ void SafetensorsSet::add_file(const std::string & path, const std::vector<std::s
             bad(path, "tensor \"" + kv.first + "\" byte size does not match " + t.dtype + " " + t.shape_str());
         }
         if (by_name_.count(t.name)) bad(path, "tensor \"" + t.name + "\" appears in two shards");
+        spans.push_back({uint64_t(b.integer), uint64_t(en.integer)});
         by_name_[t.name] = tensors_.size();
         tensors_.push_back(std::move(t));
+    }
+    // The format's rule: the tensors tile the data section exactly, no gaps, no overlaps. A header
+    // length off by a few bytes (every tensor shifted) or a cut/extended file fails here.
+    std::sort(spans.begin(), spans.end());
+    uint64_t at = 0;
+    for (const auto & sp : spans) {
+        if (sp.first != at) bad(path, "tensor data leaves a gap or overlaps at byte " + std::to_string(at) + " of the data");
+        at = sp.second;
+    }
+    if (at != data_size) {
+        bad(path, "the tensors cover " + std::to_string(at) + " of the " + std::to_string(data_size) +
+                      " data bytes after the header");
     }
     if (only) {
         for (const auto & name : *only) {

@@ -85,8 +85,7 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
         lb::check_graph_supported(backend, g->meta.gf, "commit");
         lb::mark_graph_reusable(g->meta.gf);
         if (!slot.galloc) slot.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.backend));
-        check(ggml_gallocr_alloc_graph(slot.galloc, g->meta.gf), LB_E_OOM,
-              "cannot allocate the commit compute buffer on " + backend.name());
+        lb::alloc_graph_or_throw(slot.galloc, g->meta.gf, backend.backend, "commit", "lower max_ctx or max_tree");
         slot.graph = std::move(g);
     }
     lb::CommitGraph & g = *slot.graph;

@@ -68,7 +68,7 @@ def bench_ar(h: Handle, n_vocab: int, n_gen: int, prompt_len: int, rng) -> dict:
     return {"prefill_tokens": prompt_len, "prefill_s": prefill_s, "tok_s": n_gen / dt, "ms_per_tok": 1e3 * dt / n_gen}
 
 
-def bench_spec(h: Handle, info: dict, ctx: int, budget: int, top_k: int, steps: int, rng) -> dict:
+def bench_spec(h: Handle, info: dict, ctx: int, budget: int, draft_top_k: int, steps: int, rng) -> dict:
     h.reset()
     n_prompt = ctx - 2 * (budget + 2) * (steps + 8)
     prompt = rng.integers(0, min(info["n_vocab"], 150000), n_prompt).astype(np.int32)
@@ -76,8 +76,8 @@ def bench_spec(h: Handle, info: dict, ctx: int, budget: int, top_k: int, steps: 
     last = h.prefill(prompt)
     prefill_s = time.perf_counter() - t0
     rows = info["block_size"] - 1
-    ids = np.empty((rows, top_k), np.int32)
-    logp = np.empty((rows, top_k), np.float32)
+    ids = np.empty((rows, draft_top_k), np.int32)
+    logp = np.empty((rows, draft_top_k), np.float32)
     argmax = np.empty(info["max_tree"], np.int32)
     t_draft, t_verify, t_commit, t_host, t_ar = [], [], [], [], []
     for i in range(steps + 4):
@@ -114,7 +114,7 @@ def main() -> None:
     ap.add_argument("--ctx", default="8192,32768")
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--budget", type=int, default=22)
-    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--draft-top-k", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--kv", default="f16")
     ap.add_argument("--copy-gbs", type=float, default=0.0, help="measured copy bandwidth (GB/s)")
@@ -147,7 +147,7 @@ def main() -> None:
         for ctx in ctxs:
             h = Handle(args.target, args.draft, max_ctx=ctx, kv_type=args.kv, device=args.device,
                        max_tree=max(64, args.budget + 1))
-            r = bench_spec(h, h.info(), ctx, args.budget, args.top_k, args.steps, rng)
+            r = bench_spec(h, h.info(), ctx, args.budget, args.draft_top_k, args.steps, rng)
             h.close()
             results["spec"].append(r)
             print(f"| {ctx} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} | {r['commit_ms']:.2f} | {r['host_ms']:.3f} | "

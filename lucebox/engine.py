@@ -15,8 +15,9 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ._native import Handle, device_count
-from .config import PENALTY_LAST_N, SAMPLING_CANDIDATES, EngineConfig, GenerationConfig, device_index
+from .config import EngineConfig, GenerationConfig, device_index
 from .decode import Step
+from .sampling import Sampler
 from .drafters import Drafter, NativeDrafter
 from .stats import GenerationStats
 
@@ -125,17 +126,6 @@ class Engine:
         stats.prompt_tokens = len(new)
         return first
 
-    def _sampler(self, gen: GenerationConfig):
-        """None for plain greedy decoding (the device's argmax), else this request's Sampler."""
-        processing = gen.processing()
-        if processing.is_plain_greedy:
-            return None
-        from .sampling import Sampler, fresh_seed
-
-        seed = gen.seed if gen.seed is not None else fresh_seed()
-        return Sampler(processing, seed, n_candidates=SAMPLING_CANDIDATES, penalty_last_n=PENALTY_LAST_N,
-                       max_rows=self.info["max_tree"], n_vocab=self.info["n_vocab"])
-
     def next_logits(self, prompt) -> np.ndarray:
         """The target's logits ([n_vocab] float32) for the token after `prompt`; afterwards the
         cache holds the prompt, as after a generate() that produced nothing yet."""
@@ -174,7 +164,7 @@ class Engine:
         if len(ids) > self.info["max_ctx"]:
             raise ValueError(f"prompt of {len(ids)} tokens does not fit max_ctx {self.info['max_ctx']}; "
                              "raise max_ctx or shorten the prompt")
-        sampler = self._sampler(gen)
+        sampler = Sampler.for_request(gen, self.info)
         seed = sampler.seed if sampler is not None else None
         stats = GenerationStats(mode=mode)
         self.last_stats = stats

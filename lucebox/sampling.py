@@ -137,6 +137,19 @@ class Sampler:
                                 penalty_slots=self.slots)
         self._row = np.empty(n_vocab, np.float32)
 
+    @classmethod
+    def for_request(cls, gen, info: dict) -> "Sampler | None":
+        """None for plain greedy decoding (the device's argmax), else a Sampler for GenerationConfig
+        `gen` on an engine described by `info` (a fresh random seed when gen.seed is None)."""
+        from .config import PENALTY_LAST_N, SAMPLING_CANDIDATES
+
+        processing = gen.processing()
+        if processing.is_plain_greedy:
+            return None
+        seed = gen.seed if gen.seed is not None else fresh_seed()
+        return cls(processing, seed, n_candidates=SAMPLING_CANDIDATES, penalty_last_n=PENALTY_LAST_N,
+                   max_rows=info["max_tree"], n_vocab=info["n_vocab"])
+
     def set_window(self, row: int, window: Sequence[int]) -> None:
         """Row `row`'s penalty window: the last penalty_last_n tokens before the sampled position."""
         if not self.slots:

@@ -211,15 +211,19 @@ def to_markdown(result: dict) -> str:
             for r in s["runs"]:
                 lines.append(f"| {s['name']} | {MODE_LABELS[r['mode']]} | {r['budget']} | {r['tok_s']:.1f} "
                              f"| {r['al']:.2f} | {r['speedup']:.2f}x |")
+    temperature = result.get("settings", {}).get("temperature", 0.0)
+    if temperature:
+        lines.insert(0, f"Sampled at temperature {temperature:g} (seed {result['settings']['seed']} + prompt index, "
+                        "the same in every mode)\n")
     differ = sum(s["n_prompts"] - r["identical"] for s in suites for r in s["runs"])
     if differ:
         gaps = [abs(g) for s in suites for r in s["runs"] for g in r.get("divergence_gaps", [])]
         widest = max(gaps, default=float("nan"))
         kind = "note" if widest <= NEAR_TIE else "warning"
-        lines.append(f"\n{kind}: {differ} speculative run(s) produced tokens different from AR greedy; "
+        lines.append(f"\n{kind}: {differ} speculative run(s) produced tokens different from AR; "
                      f"AR's logit lead at the first difference is at most {widest:.4f}"
                      + (" (near-ties: the GPU's one-token and batched kernels sum in different orders)"
-                        if kind == "note" else " (more than rounding: greedy speculative decoding should be lossless)"))
+                        if kind == "note" else " (more than rounding: speculative decoding should be lossless)"))
     return "\n".join(lines)
 
 

@@ -38,7 +38,8 @@ def recommended_sampling(target) -> tuple[dict, str]:
     if not found:
         return dict(CHAT_SAMPLING), "Qwen's recommended"
     settings = dict(CHAT_SAMPLING)
-    settings.update({k: int(v) if k == "top_k" else float(v) for k, v in found.items()})
+    # f32 metadata: 0.7 is stored as 0.699999988; keep the digits the model card gave
+    settings.update({k: int(v) if k == "top_k" else round(float(v), 6) for k, v in found.items()})
     return settings, "from the GGUF"
 
 

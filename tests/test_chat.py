@@ -174,6 +174,55 @@ def test_repl_commands_and_eof():
     assert session.was_reset
 
 
+def test_set_changes_validated_sampling_settings(tiny_gguf, tmp_path):
+    class FakeSession:
+        last, ids, turns = None, [], 0
+        options = {"max_new_tokens": 8, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}
+
+    lines = iter(["/set temperature 0.9", "/set --top-p 0.5", "/set seed 7", "/set top_k -3", "/set nope 1",
+                  "/set temperature", "/set temp 0", "/set"])
+
+    def read(prompt):
+        try:
+            return next(lines)
+        except StopIteration:
+            raise EOFError
+
+    session, err = FakeSession(), io.StringIO()
+    assert chat.repl(session, read=read, out=io.StringIO(), err=err) == 0
+    said = err.getvalue().splitlines()
+    assert said[0] == "[sampling: temperature 0.9, top-k 20, top-p 0.95, min-p 0]"
+    assert said[1] == "[sampling: temperature 0.9, top-k 20, top-p 0.5, min-p 0]"
+    assert said[2].endswith("seed 7]")
+    assert said[3].startswith("[not set: top_k must be")
+    assert said[4].startswith("[unknown setting 'nope'")
+    assert said[5].startswith("[usage: /set NAME VALUE")
+    assert said[6] == said[7] == "[sampling: greedy]"
+    assert session.options["temperature"] == 0.0 and session.options["seed"] == 7
+
+
+def test_recommended_sampling_reads_the_gguf(tiny_gguf, tmp_path):
+    import gguf
+
+    from lucebox.gguf_meta import read_metadata
+
+    assert chat.recommended_sampling(tiny_gguf["f32"]) == (
+        {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}, "Qwen's recommended")
+    # a copy that names its own settings (llama.cpp's general.sampling.* keys)
+    src = gguf.GGUFReader(tiny_gguf["f32"])
+    dst = tmp_path / "with-sampling.gguf"
+    writer = gguf.GGUFWriter(dst, arch=read_metadata(tiny_gguf["f32"], keys=["general.architecture"])["general.architecture"])
+    writer.add_float32("general.sampling.temp", 0.7)
+    writer.add_int32("general.sampling.top_k", 40)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    settings, source = chat.recommended_sampling(dst)
+    assert source == "from the GGUF"
+    assert settings == {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.0}
+    assert src is not None
+
+
 # --- the REPL in a real terminal -----------------------------------------------------------------
 class Terminal:
     """`lucebox chat` on a pseudo-terminal, so Ctrl+C is a real SIGINT from the line discipline."""

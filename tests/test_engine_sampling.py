@@ -196,8 +196,8 @@ def hf_logits(hf_model, toks) -> np.ndarray:
         return hf_model(torch.tensor(np.asarray(toks, dtype=np.int64)[None])).logits[0, -1].float().numpy()
 
 
-DIST_SETTINGS = [dict(temperature=1.5), dict(temperature=2.0, top_k=12, top_p=0.9, min_p=0.01),
-                 dict(temperature=1.5, repeat_penalty=1.5, frequency_penalty=0.4)]
+DIST_SETTINGS = [dict(temperature=1.5),
+                 dict(temperature=2.0, top_k=12, top_p=0.9, min_p=0.01, repeat_penalty=1.5, frequency_penalty=0.4)]
 
 
 @pytest.mark.parametrize("opts", DIST_SETTINGS, ids=lambda o: ",".join(f"{k}={v}" for k, v in o.items()))

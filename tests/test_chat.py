@@ -153,6 +153,21 @@ def test_context_overflow_is_reported_and_reset_recovers(tiny_pair):
         assert session.turns == 1
 
 
+def run_repl(session, lines: list[str]) -> io.StringIO:
+    """Feed `lines` to the REPL, then EOF; returns what it wrote to stderr."""
+    it = iter(lines)
+
+    def read(prompt):
+        try:
+            return next(it)
+        except StopIteration:
+            raise EOFError
+
+    err = io.StringIO()
+    assert chat.repl(session, read=read, out=io.StringIO(), err=err) == 0
+    return err
+
+
 def test_repl_commands_and_eof():
     class FakeSession:
         last, ids, turns = None, [], 0
@@ -160,16 +175,8 @@ def test_repl_commands_and_eof():
         def reset(self):
             self.was_reset = True
 
-    lines = iter(["/help", "/stats", "/reset"])
-
-    def read(prompt):
-        try:
-            return next(lines)
-        except StopIteration:
-            raise EOFError
-
-    session, err = FakeSession(), io.StringIO()
-    assert chat.repl(session, read=read, out=io.StringIO(), err=err) == 0
+    session = FakeSession()
+    err = run_repl(session, ["/help", "/stats", "/reset"])
     assert "Ctrl+D exits" in err.getvalue() and "[no reply yet]" in err.getvalue()
     assert session.was_reset
 
@@ -179,18 +186,9 @@ def test_set_changes_validated_sampling_settings(tiny_gguf, tmp_path):
         last, ids, turns = None, [], 0
         options = {"max_new_tokens": 8, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}
 
-    lines = iter(["/set temperature 0.9", "/set --top-p 0.5", "/set seed 7", "/set top_k -3", "/set nope 1",
-                  "/set temperature", "/set temp 0", "/set"])
-
-    def read(prompt):
-        try:
-            return next(lines)
-        except StopIteration:
-            raise EOFError
-
-    session, err = FakeSession(), io.StringIO()
-    assert chat.repl(session, read=read, out=io.StringIO(), err=err) == 0
-    said = err.getvalue().splitlines()
+    session = FakeSession()
+    said = run_repl(session, ["/set temperature 0.9", "/set --top-p 0.5", "/set seed 7", "/set top_k -3",
+                              "/set nope 1", "/set temperature", "/set temp 0", "/set"]).getvalue().splitlines()
     assert said[0] == "[sampling: temperature 0.9, top-k 20, top-p 0.95, min-p 0]"
     assert said[1] == "[sampling: temperature 0.9, top-k 20, top-p 0.5, min-p 0]"
     assert said[2].endswith("seed 7]")

@@ -132,6 +132,8 @@ _PROTOTYPES = [
     # int32_t lb_verify_sampled(lb_engine *, const int32_t * toks, const int32_t * parents, int32_t n,
     #                           int32_t * out_argmax, const lb_sampling * s);
     ("lb_verify_sampled", ctypes.c_int32, [_engine_p, _i32p, _i32p, ctypes.c_int32, _i32p, ctypes.POINTER(Sampling)]),
+    # int32_t lb_step_sampled(lb_engine *, int32_t tok, int32_t * out_next, const lb_sampling * s);
+    ("lb_step_sampled", ctypes.c_int32, [_engine_p, ctypes.c_int32, _i32p, ctypes.POINTER(Sampling)]),
     # int32_t lb_processed_row(lb_engine *, int32_t row, float * out, int64_t cap);
     ("lb_processed_row", ctypes.c_int32, [_engine_p, ctypes.c_int32, _f32p, ctypes.c_int64]),
     # void lb_free(lb_engine * e);
@@ -304,6 +306,11 @@ class Handle:
             raise ValueError("verify: tokens, parents and out_argmax (int32) must have one length")
         _check(lib().lb_verify_sampled(self._p(), _i32(toks), _i32(pars), toks.size, _i32(out_argmax),
                                        io.struct(toks.size)))
+
+    def step_sampled(self, token: int, io: "SampleBuffers") -> int:
+        """step with the sampling tail on its row (io row 0 is filled); returns the plain argmax."""
+        _check(lib().lb_step_sampled(self._p(), int(token), _i32(self._next), io.struct(1)))
+        return int(self._next[0])
 
     def processed_row(self, row: int, out: np.ndarray) -> np.ndarray:
         lp, cap = _f32_or_null(out)

@@ -4,7 +4,7 @@
 accepts along the target's argmax per node; sampling accepts by sample-and-match: at each node on
 the path the target's token is drawn from its processed distribution (lucebox/sampling.py), the walk
 moves to the child carrying it, else that token is the bonus. AR is the same step with a one-node
-tree (or lb_step when greedy) and no draft.
+tree (lb_step, with the sampling tail when sampling) and no draft.
 """
 from __future__ import annotations
 
@@ -26,8 +26,6 @@ class StepResult:
     commit_s: float = 0.0
     host_s: float = 0.0
 
-
-_ROOT_ONLY = np.array([-1], np.int32)
 
 
 class Step:
@@ -52,19 +50,14 @@ class Step:
             return None
         t0 = time.perf_counter()
         if self.mode == "ar" or room < 2:
-            if self.sampler is None:
-                nxt = self.h.step(last)
-                return StepResult([last], nxt, nxt, verify_s=time.perf_counter() - t0)
-            tree = ddtree.tree_from_parents(np.array([last], np.int32), _ROOT_ONLY)
-        else:
-            ids, logp = self.drafter.propose(last, n_past, self.gen.draft_top_k)
+            return self._ar(last, history)
+        ids, logp = self.drafter.propose(last, n_past, self.gen.draft_top_k)
         t1 = time.perf_counter()
-        if self.mode != "ar" and room >= 2:
-            budget = min(self.gen.budget, room - 1, self.max_tree - 1)
-            if self.mode == "chain":
-                tree = ddtree.chain_tree(ids, last, budget)
-            else:
-                tree = ddtree.build_tree(ids, logp, last, budget, chain_seed=self.gen.chain_seed)
+        budget = min(self.gen.budget, room - 1, self.max_tree - 1)
+        if self.mode == "chain":
+            tree = ddtree.chain_tree(ids, last, budget)
+        else:
+            tree = ddtree.build_tree(ids, logp, last, budget, chain_seed=self.gen.chain_seed)
         n = len(tree.tokens)
         argmax = self._argmax[:n]
         t2 = time.perf_counter()
@@ -94,6 +87,20 @@ class Step:
         t5 = time.perf_counter()
         return StepResult([int(t) for t in tree.tokens[path]], int(bonus), int(argmax[path[-1]]),
                           draft_s=t1 - t0, verify_s=t3 - t2, commit_s=t5 - t4, host_s=(t2 - t1) + (t4 - t3))
+
+    def _ar(self, last: int, history: list[int]) -> StepResult:
+        """AR: feed `last`, commit it, and take the target's token after it (argmax or drawn)."""
+        t0 = time.perf_counter()
+        if self.sampler is None:
+            nxt = self.h.step(last)
+            return StepResult([last], nxt, nxt, verify_s=time.perf_counter() - t0)
+        s = self.sampler
+        s.set_window(0, history[-s.penalty_last_n:] + [last])
+        t1 = time.perf_counter()
+        argmax = self.h.step_sampled(last, s.io)
+        t2 = time.perf_counter()
+        nxt = s.pick(0, len(history) + 1, self.h.processed_row)
+        return StepResult([last], nxt, argmax, verify_s=t2 - t1, host_s=(t1 - t0) + time.perf_counter() - t2)
 
     def _set_windows(self, tree: ddtree.Tree, history: list[int]) -> None:
         """Each node's penalty window: the committed tokens, then the node's own ancestors and itself

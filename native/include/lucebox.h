@@ -189,8 +189,12 @@ LB_API int32_t lb_prefill_sampled(lb_engine * e, const int32_t * toks, int32_t n
 LB_API int32_t lb_verify_sampled(lb_engine * e, const int32_t * toks, const int32_t * parents, int32_t n,
                                  int32_t * out_argmax, const lb_sampling * s);
 
+/* lb_step with the sampling tail on its one row (rows = 1); *out_next is still the plain argmax. */
+LB_API int32_t lb_step_sampled(lb_engine * e, int32_t tok, int32_t * out_next, const lb_sampling * s);
+
 /*
- * Row `row` of the processed logits l' of the last lb_prefill_sampled / lb_verify_sampled, into
+ * Row `row` of the processed logits l' of the last lb_prefill_sampled / lb_verify_sampled /
+ * lb_step_sampled, into
  * out[n_vocab]. Valid until the next call that runs a forward, commits or resets (LB_E_STATE after).
  */
 LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t cap);

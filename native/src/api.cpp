@@ -125,6 +125,12 @@ LB_API int32_t lb_verify_sampled(lb_engine * e, const int32_t * toks, const int3
     return guarded([&] { e->verify(toks, parents, n, out_argmax, nullptr, 0, s); });
 }
 
+LB_API int32_t lb_step_sampled(lb_engine * e, int32_t tok, int32_t * out_next, const lb_sampling * s) {
+    LB_NEED_ENGINE(e, "lb_step_sampled");
+    if (!s) return fail(LB_E_INVALID_ARG, "lb_step_sampled: sampling must not be NULL (use lb_step)");
+    return guarded([&] { e->step(tok, out_next, s); });
+}
+
 LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t cap) {
     LB_NEED_ENGINE(e, "lb_processed_row");
     return guarded([&] { e->processed_row(row, out, cap); });

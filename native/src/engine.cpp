@@ -284,17 +284,22 @@ void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, flo
     }
 }
 
-void lb_engine::step(int32_t tok, int32_t * out_next) {
+void lb_engine::step(int32_t tok, int32_t * out_next, const lb_sampling * sampling) {
     check(out_next != nullptr, LB_E_INVALID_ARG, "lb_step: out_next must not be NULL");
     check_tokens(&tok, 1, "lb_step");
     check(n_past + 1 <= max_ctx, LB_E_CONTEXT,
           "lb_step: the context is full (max_ctx " + std::to_string(max_ctx) + "); reset or load with a larger max_ctx");
+    if (sampling) sample_inputs_.check(*sampling, 1, model->hp.n_vocab);
     verify_pending_ = false;
     sampled_rows_ = 0;
     lb::ForwardShape shape{1, n_kv_for(1), false, false, capture_gen_};
+    if (sampling) {
+        shape.n_cand = sampling->n_candidates;
+        shape.pen_slots = sampling->penalty_slots;
+    }
     lb::ForwardGraph & g = forward_graph(step_slot_, shape, "step");
     set_chain_inputs(g, &tok, 1);
-    compute(g.meta.gf, "step");
+    run_sampled(g, sampling, 1, "step");
     ggml_backend_tensor_get(g.argmax, out_next, 0, sizeof(int32_t));
     n_past += 1;
     if (on_commit) on_commit(nullptr, 1);

@@ -78,7 +78,7 @@ struct lb_engine {
     // sampling (optional): run the sampling tail too (see lucebox.h lb_sampling)
     void prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap,
                  const lb_sampling * sampling = nullptr);
-    void step(int32_t tok, int32_t * out_next);
+    void step(int32_t tok, int32_t * out_next, const lb_sampling * sampling = nullptr);
     void verify(const int32_t * toks, const int32_t * parents, int32_t n, int32_t * out_argmax, float * logits,
                 int64_t logits_cap, const lb_sampling * sampling = nullptr);
     // Row `row` of the last sampled forward's processed logits (lb_processed_row).

@@ -7,7 +7,8 @@ log-normaliser lse = log sum_v exp((l'_v - max) / T) over the whole vocabulary, 
 exact probabilities p = exp((l' - max) / T - lse) of the candidates. Candidates are ordered by l'
 (best first), ties by token id. Only candidates strictly better than the C-th are trusted (a tie at
 the boundary may hide a token); when top-k, the nucleus, min-p or the draw reach past them, the
-whole processed row is fetched (one row, rare) and the same rule runs on all of it.
+whole processed row is fetched (one row, rare) and the draw finishes on it (draw_from_row). Any
+fixed order of the tokens gives an exact draw; the order here is a function of the row alone.
 
 The draw for the token at absolute position q uses the uniform `uniform(seed, q)`: a counter-based
 hash of (seed, q) alone, so AR, chain and DDTree at any budget emit the same tokens for one seed
@@ -168,8 +169,26 @@ class Sampler:
         ids, vals = sort_candidates(io.cand_ids[row], io.cand_logits[row])
         tok = draw(ids, vals, float(io.row_lse[row]), self.p, u, complete=False)
         if tok is None:
-            full = fetch_row(row, self._row)
-            all_ids = np.arange(self.n_vocab, dtype=np.int32)
-            ids, vals = sort_candidates(all_ids, full)
-            tok = draw(ids, vals, None, self.p, u, complete=True)
+            tok = draw_from_row(fetch_row(row, self._row), ids, vals, self.p, u)
         return tok
+
+
+def draw_from_row(row: np.ndarray, ids: np.ndarray, vals: np.ndarray, p: Processing, u: float) -> int:
+    """The draw of `draw` when the candidates (ids, vals: sorted) did not suffice, on the whole
+    processed row. With no filter the order is the trusted candidates, then every other token by
+    id (no sort of the vocabulary); with filters, the whole row sorted best first."""
+    if p.top_k == 0 and p.top_p >= 1.0 and p.min_p == 0.0 and p.temperature > 0.0:
+        w = np.exp((row.astype(np.float64) - float(row.max())) / p.temperature)
+        target = u * w.sum()
+        first = ids[:int(np.count_nonzero(vals > vals[-1]))]
+        cum = np.cumsum(w[first])
+        i = int(np.searchsorted(cum, target, side="right"))
+        if i < len(first):
+            return int(first[i])
+        rest = np.ones(row.size, bool)
+        rest[first] = False
+        rest = np.flatnonzero(rest)
+        j = int(np.searchsorted(np.cumsum(w[rest]), target - (cum[-1] if len(cum) else 0.0), side="right"))
+        return int(rest[min(j, len(rest) - 1)])
+    order = np.argsort(-row, kind="stable")  # best first, ties by id
+    return draw(order, row[order], None, p, u, complete=True)

@@ -72,14 +72,13 @@ def shares(logits, counts, p, n_cand, grid=GRID) -> tuple[np.ndarray, int]:
     """Each token's share of draws over a uniform grid, and how many draws needed the full row."""
     ids, vals, lse, full = device_like(logits, counts, p, n_cand)
     ids, vals = sampling.sort_candidates(ids, vals)
-    all_ids, all_vals = sampling.sort_candidates(np.arange(full.size, dtype=np.int32), full)
     got = np.zeros(full.size)
     fetched = 0
     for u in (np.arange(grid) + 0.5) / grid:
         tok = sampling.draw(ids, vals, lse, p, float(u), complete=False)
         if tok is None:
             fetched += 1
-            tok = sampling.draw(all_ids, all_vals, None, p, float(u), complete=True)
+            tok = sampling.draw_from_row(full, ids, vals, p, float(u))
         got[tok] += 1
     return got / grid, fetched
 

@@ -60,14 +60,14 @@ class Step:
             tree = ddtree.build_tree(ids, logp, last, budget, chain_seed=self.gen.chain_seed)
         n = len(tree.tokens)
         argmax = self._argmax[:n]
+        if self.sampler is not None:
+            self._set_windows(tree, history)
         t2 = time.perf_counter()
         if self.sampler is None:
             self.h.verify(tree.tokens, tree.parents, argmax)
             t3 = time.perf_counter()
             path, bonus = ddtree.walk(tree, argmax)
         else:
-            self._set_windows(tree, history)
-            t2 = time.perf_counter()
             self.h.verify_sampled(tree.tokens, tree.parents, argmax, self.sampler.io)
             t3 = time.perf_counter()
             depth = tree.depth.tolist()

@@ -256,3 +256,24 @@ def test_duplicate_penalty_token_and_stale_row_are_errors(handle):
     handle.commit(np.array([0], np.int32))
     with pytest.raises(NativeError, match="no sampled forward"):
         handle.processed_row(0, row)
+
+
+def test_null_sampling_and_too_few_rows_are_errors(handle):
+    from lucebox import _native
+
+    L, ptr = _native.lib(), handle._p()
+    toks, parents, out = np.array([1, 2], np.int32), np.array([-1, 0], np.int32), np.zeros(2, np.int32)
+    i32 = lambda a: a.ctypes.data_as(_native._i32p)
+    handle.reset()
+    assert L.lb_verify_sampled(ptr, i32(toks), i32(parents), 2, i32(out), None) == -1
+    assert "must not be NULL" in L.lb_last_error().decode()
+    assert L.lb_prefill_sampled(ptr, i32(toks), 2, i32(out), None) == -1
+    assert L.lb_step_sampled(ptr, 1, i32(out), None) == -1
+    io = buffers(1, Processing(temperature=1.0), 4, 0)  # room for one row, the tree has two
+    with pytest.raises(ValueError, match="2 rows"):
+        handle.verify_sampled(toks, parents, out, io)
+    io = buffers(2, Processing(temperature=1.0), 4, 0)
+    io._struct.rows_cap = 1  # what a C caller could pass
+    with pytest.raises(NativeError, match="rows_cap"):
+        handle.verify_sampled(toks, parents, out, io)
+    assert handle.info()["n_past"] == 0

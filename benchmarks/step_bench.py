@@ -6,6 +6,8 @@
 AR: tok/s of lb_step after warm-up, and the fraction of the memory roofline (weight bytes one token
 reads over the measured copy bandwidth, passed as --copy-gbs). Speculative (with a draft): median
 ms of draft, verify at --budget, commit and Python host work per step, at each context length.
+--temperature T > 0 runs the same step sampled (device sampling tail + host draw; add
+--repeat-penalty to include the penalty stage), so two runs show its cost per step.
 Synthetic random models give meaningless acceptance: this measures speed only.
 """
 from __future__ import annotations
@@ -18,8 +20,11 @@ import time
 
 import numpy as np
 
-from lucebox import ddtree
 from lucebox._native import Handle
+from lucebox.config import GenerationConfig
+from lucebox.decode import Step
+from lucebox.drafters import NativeDrafter
+from lucebox.sampling import Sampler
 from lucebox.gguf_meta import read_metadata
 
 
@@ -68,42 +73,32 @@ def bench_ar(h: Handle, n_vocab: int, n_gen: int, prompt_len: int, rng) -> dict:
     return {"prefill_tokens": prompt_len, "prefill_s": prefill_s, "tok_s": n_gen / dt, "ms_per_tok": 1e3 * dt / n_gen}
 
 
-def bench_spec(h: Handle, info: dict, ctx: int, budget: int, top_k: int, steps: int, rng) -> dict:
+def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: int, rng) -> dict:
     h.reset()
-    n_prompt = ctx - 2 * (budget + 2) * (steps + 8)
+    n_prompt = ctx - 2 * (gen.budget + 2) * (steps + 8)
     prompt = rng.integers(0, min(info["n_vocab"], 150000), n_prompt).astype(np.int32)
     t0 = time.perf_counter()
     last = h.prefill(prompt)
     prefill_s = time.perf_counter() - t0
-    rows = info["block_size"] - 1
-    ids = np.empty((rows, top_k), np.int32)
-    logp = np.empty((rows, top_k), np.float32)
-    argmax = np.empty(info["max_tree"], np.int32)
+    history = prompt.tolist()
+    step = Step(h, info, "ddtree", NativeDrafter(h, info["block_size"]), gen, Sampler.for_request(gen, info))
     t_draft, t_verify, t_commit, t_host, t_ar = [], [], [], [], []
     for i in range(steps + 4):
-        a = time.perf_counter()
-        h.draft(last, ids, logp)
-        b = time.perf_counter()
-        tree = ddtree.build_tree(ids, logp, last, budget)
-        c = time.perf_counter()
-        n = tree.n_nodes
-        h.verify(tree.tokens, tree.parents, argmax[:n])
-        d = time.perf_counter()
-        path, bonus = ddtree.walk(tree, argmax[:n])
-        e = time.perf_counter()
-        h.commit(path)
-        f = time.perf_counter()
-        last = bonus
+        r = step.run(last, history, 1 << 30, ())
+        history += r.committed
         g = time.perf_counter()
-        last = h.step(last)  # one AR step at the same context, for the verify/AR ratio
+        nxt = h.step(r.bonus)  # one AR step at the same context, for the verify/AR ratio
         k = time.perf_counter()
+        history.append(r.bonus)
+        last = nxt
         if i >= 4:
-            t_draft.append(b - a); t_verify.append(d - c); t_commit.append(f - e)
-            t_host.append((c - b) + (e - d)); t_ar.append(k - g)
+            t_draft.append(r.draft_s); t_verify.append(r.verify_s); t_commit.append(r.commit_s)
+            t_host.append(r.host_s); t_ar.append(k - g)
     med = lambda xs: 1e3 * statistics.median(xs)
-    return {"ctx": ctx, "prefill_tokens": n_prompt, "prefill_s": prefill_s, "budget": budget,
-            "draft_ms": med(t_draft), "verify_ms": med(t_verify), "commit_ms": med(t_commit),
-            "host_ms": med(t_host), "ar_step_ms": med(t_ar), "gpu_mem_mib": gpu_memory_used_mib()}
+    return {"ctx": ctx, "prefill_tokens": n_prompt, "prefill_s": prefill_s, "budget": gen.budget,
+            "temperature": gen.temperature, "draft_ms": med(t_draft), "verify_ms": med(t_verify),
+            "commit_ms": med(t_commit), "host_ms": med(t_host), "ar_step_ms": med(t_ar),
+            "gpu_mem_mib": gpu_memory_used_mib()}
 
 
 def main() -> None:
@@ -114,8 +109,10 @@ def main() -> None:
     ap.add_argument("--ctx", default="8192,32768")
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--budget", type=int, default=22)
-    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--draft-top-k", type=int, default=8)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--temperature", type=float, default=0.0, help="sample (Qwen's top-p/top-k) when > 0")
+    ap.add_argument("--repeat-penalty", type=float, default=1.0)
     ap.add_argument("--kv", default="f16")
     ap.add_argument("--no-invariant", action="store_true",
                     help="let CUDA pick batch-dependent kernels (lb_params.batch_invariant = 0)")
@@ -151,7 +148,10 @@ def main() -> None:
         for ctx in ctxs:
             h = Handle(args.target, args.draft, max_ctx=ctx, kv_type=args.kv, device=args.device,
                        max_tree=max(64, args.budget + 1), batch_invariant=invariant)
-            r = bench_spec(h, h.info(), ctx, args.budget, args.top_k, args.steps, rng)
+            gen = GenerationConfig(budget=args.budget, draft_top_k=args.draft_top_k, temperature=args.temperature,
+                                   repeat_penalty=args.repeat_penalty, seed=0,
+                                   **({"top_p": 0.95, "top_k": 20} if args.temperature > 0 else {}))
+            r = bench_spec(h, h.info(), ctx, gen, args.steps, rng)
             h.close()
             results["spec"].append(r)
             print(f"| {ctx} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} | {r['commit_ms']:.2f} | {r['host_ms']:.3f} | "

@@ -76,6 +76,25 @@ class ModelInfo(ctypes.Structure):
         return {name: getattr(self, name) for name, _ in self._fields_}
 
 
+# typedef struct lb_sampling { ... } lb_sampling;
+class Sampling(ctypes.Structure):
+    _fields_ = [
+        ("temperature", ctypes.c_float),
+        ("repeat_penalty", ctypes.c_float),
+        ("presence_penalty", ctypes.c_float),
+        ("frequency_penalty", ctypes.c_float),
+        ("n_candidates", ctypes.c_int32),
+        ("penalty_slots", ctypes.c_int32),
+        ("pen_tokens", ctypes.POINTER(ctypes.c_int32)),
+        ("pen_counts", ctypes.POINTER(ctypes.c_int32)),
+        ("cand_ids", ctypes.POINTER(ctypes.c_int32)),
+        ("cand_logits", ctypes.POINTER(ctypes.c_float)),
+        ("row_max", ctypes.POINTER(ctypes.c_float)),
+        ("row_lse", ctypes.POINTER(ctypes.c_float)),
+        ("rows_cap", ctypes.c_int64),
+    ]
+
+
 _engine_p = ctypes.c_void_p
 _i32p = ctypes.POINTER(ctypes.c_int32)
 _f32p = ctypes.POINTER(ctypes.c_float)
@@ -108,6 +127,16 @@ _PROTOTYPES = [
     ("lb_commit", ctypes.c_int32, [_engine_p, _i32p, ctypes.c_int32]),
     # int32_t lb_step(lb_engine *, int32_t tok, int32_t * out_next);
     ("lb_step", ctypes.c_int32, [_engine_p, ctypes.c_int32, _i32p]),
+    # int32_t lb_prefill_sampled(lb_engine *, const int32_t * toks, int32_t n, int32_t * out_next,
+    #                            const lb_sampling * s);
+    ("lb_prefill_sampled", ctypes.c_int32, [_engine_p, _i32p, ctypes.c_int32, _i32p, ctypes.POINTER(Sampling)]),
+    # int32_t lb_verify_sampled(lb_engine *, const int32_t * toks, const int32_t * parents, int32_t n,
+    #                           int32_t * out_argmax, const lb_sampling * s);
+    ("lb_verify_sampled", ctypes.c_int32, [_engine_p, _i32p, _i32p, ctypes.c_int32, _i32p, ctypes.POINTER(Sampling)]),
+    # int32_t lb_step_sampled(lb_engine *, int32_t tok, int32_t * out_next, const lb_sampling * s);
+    ("lb_step_sampled", ctypes.c_int32, [_engine_p, ctypes.c_int32, _i32p, ctypes.POINTER(Sampling)]),
+    # int32_t lb_processed_row(lb_engine *, int32_t row, float * out, int64_t cap);
+    ("lb_processed_row", ctypes.c_int32, [_engine_p, ctypes.c_int32, _f32p, ctypes.c_int64]),
     # void lb_free(lb_engine * e);
     ("lb_free", None, [_engine_p]),
 ]
@@ -316,6 +345,34 @@ class Handle:
         _check(lib().lb_verify(self._p(), _i32(toks), _i32(pars), toks.size, _i32(out_argmax), lp, cap))
         self._tree = toks.copy()
 
+    def prefill_sampled(self, tokens, io: "SampleBuffers") -> int:
+        """prefill with the sampling tail on the last token's row (io.rows(1) is filled)."""
+        toks = _as_i32(tokens)
+        self._journal_at_p(toks.tolist())
+        _check(lib().lb_prefill_sampled(self._p(), _i32(toks), toks.size, _i32(self._next), io.struct(1)))
+        return int(self._next[0])
+
+    def verify_sampled(self, tokens: np.ndarray, parents: np.ndarray, out_argmax: np.ndarray,
+                       io: "SampleBuffers") -> None:
+        toks, pars = _as_i32(tokens), _as_i32(parents)
+        if pars.size != toks.size or out_argmax.size < toks.size or out_argmax.dtype != np.int32:
+            raise ValueError("verify: tokens, parents and out_argmax (int32) must have one length")
+        self._tree = None
+        _check(lib().lb_verify_sampled(self._p(), _i32(toks), _i32(pars), toks.size, _i32(out_argmax),
+                                       io.struct(toks.size)))
+        self._tree = toks.copy()
+
+    def step_sampled(self, token: int, io: "SampleBuffers") -> int:
+        """step with the sampling tail on its row (io row 0 is filled); returns the plain argmax."""
+        self._journal_at_p([token])
+        _check(lib().lb_step_sampled(self._p(), int(token), _i32(self._next), io.struct(1)))
+        return int(self._next[0])
+
+    def processed_row(self, row: int, out: np.ndarray) -> np.ndarray:
+        lp, cap = _f32_or_null(out)
+        _check(lib().lb_processed_row(self._p(), int(row), lp, cap))
+        return out
+
     def commit(self, path) -> None:
         arr = _as_i32(path)
         tree = self._tree
@@ -324,3 +381,37 @@ class Handle:
         self._journal_at_p(tree[arr].tolist() if tree is not None else [])
         _check(lib().lb_commit(self._p(), _i32(arr), arr.size))
         self._tree = None
+
+
+class SampleBuffers:
+    """The lb_sampling of one request: its processing settings and buffers for up to `max_rows` rows.
+
+    Fill `pen_tokens[:rows]` / `pen_counts[:rows]` (-1 = empty slot) before a sampled call; the
+    outputs land in cand_ids, cand_logits, row_max, row_lse.
+    """
+
+    def __init__(self, max_rows: int, *, temperature: float, repeat_penalty: float, presence_penalty: float,
+                 frequency_penalty: float, n_candidates: int, penalty_slots: int):
+        self.max_rows = max_rows
+        self.pen_tokens = np.full((max_rows, max(penalty_slots, 1)), -1, np.int32)
+        self.pen_counts = np.zeros((max_rows, max(penalty_slots, 1)), np.int32)
+        self.cand_ids = np.zeros((max_rows, n_candidates), np.int32)
+        self.cand_logits = np.zeros((max_rows, n_candidates), np.float32)
+        self.row_max = np.zeros(max_rows, np.float32)
+        self.row_lse = np.zeros(max_rows, np.float32)
+        s = self._struct = Sampling()
+        s.temperature, s.repeat_penalty = temperature, repeat_penalty
+        s.presence_penalty, s.frequency_penalty = presence_penalty, frequency_penalty
+        s.n_candidates, s.penalty_slots = n_candidates, penalty_slots
+        s.pen_tokens = _i32(self.pen_tokens)
+        s.pen_counts = _i32(self.pen_counts)
+        s.cand_ids = _i32(self.cand_ids)
+        s.cand_logits = self.cand_logits.ctypes.data_as(_f32p)
+        s.row_max = self.row_max.ctypes.data_as(_f32p)
+        s.row_lse = self.row_lse.ctypes.data_as(_f32p)
+        s.rows_cap = max_rows
+
+    def struct(self, rows: int):
+        if rows > self.max_rows:
+            raise ValueError(f"{rows} rows but the sampling buffers hold {self.max_rows}")
+        return ctypes.byref(self._struct)

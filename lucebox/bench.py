@@ -100,26 +100,33 @@ def parse_budgets(text: str) -> list[int]:
 
 
 # --- running -------------------------------------------------------------------------------
-def run(engine, suites: list[Suite], specs: list[RunSpec], *, n_gen: int = 256, top_k: int = 8,
-        ignore_eos: bool = True, progress: bool = True) -> dict:
-    """Run every prompt under AR and each spec; return the JSON-ready result."""
+def run(engine, suites: list[Suite], specs: list[RunSpec], *, n_gen: int = 256, draft_top_k: int = 8,
+        ignore_eos: bool = True, progress: bool = True, temperature: float = 0.0, seed: int = 0) -> dict:
+    """Run every prompt under AR and each spec; return the JSON-ready result.
+
+    temperature > 0 samples (seed + prompt index as the seed of each prompt, the same in every mode,
+    so speculative runs still match AR token for token)."""
     from tqdm import tqdm
 
     tok = engine.tokenizer
     encoded = [[encode(tok, p) for p in s.prompts] for s in suites]
     all_modes = [("ar", 0)] + [(s.mode, s.budget) for s in specs]
-    _warm_up(engine, encoded[0][0], all_modes, top_k)
+    sampling = {"temperature": temperature} if temperature > 0 else {}
+    _warm_up(engine, encoded[0][0], all_modes, draft_top_k, sampling)
     total = sum(len(e) for e in encoded) * len(all_modes)
     bar = tqdm(total=total, desc="bench", unit="run", disable=None if progress else True, leave=False)
     out_suites = []
     for suite, prompts in zip(suites, encoded):
         gens = {m: [] for m in all_modes}
-        for ids in prompts:
+        for i, ids in enumerate(prompts):
+            if sampling:
+                sampling["seed"] = seed + i
             for mode, budget in all_modes:
                 bar.set_postfix_str(f"{suite.name} {mode}" + (f" b{budget}" if budget else ""))
                 engine.reset()
                 gens[(mode, budget)].append(engine.generate(ids, n_gen, mode=mode, budget=max(budget, 1),
-                                                            top_k=top_k, ignore_eos=ignore_eos))
+                                                            draft_top_k=draft_top_k, ignore_eos=ignore_eos,
+                                                            **sampling))
                 bar.update(1)
         ar = _aggregate(gens[("ar", 0)])
         runs = []
@@ -134,7 +141,8 @@ def run(engine, suites: list[Suite], specs: list[RunSpec], *, n_gen: int = 256, 
         out_suites.append({"name": suite.name, "file": str(suite.path), "n_prompts": len(prompts),
                            "prompt_tokens": [len(ids) for ids in prompts], "ar": ar, "runs": runs})
     bar.close()
-    return {"settings": {"n_gen": n_gen, "top_k": top_k, "ignore_eos": ignore_eos, "concurrency": 1},
+    return {"settings": {"n_gen": n_gen, "draft_top_k": draft_top_k, "ignore_eos": ignore_eos, "concurrency": 1,
+                         "temperature": temperature, "seed": seed},
             "suites": out_suites}
 
 
@@ -148,11 +156,12 @@ def divergence_gap(engine, prompt: list[int], ar_tokens: list[int], spec_tokens:
     return float(row[ar_tokens[j]] - row[spec_tokens[j]])
 
 
-def _warm_up(engine, ids: list[int], modes, top_k: int) -> None:
+def _warm_up(engine, ids: list[int], modes, draft_top_k: int, sampling: dict) -> None:
     # first calls pay for allocations, graph builds and kernel loads: keep them out of the numbers
     for mode, budget in modes:
         engine.reset()
-        engine.generate(ids, 8, mode=mode, budget=max(budget, 1), top_k=top_k, ignore_eos=True)
+        engine.generate(ids, 8, mode=mode, budget=max(budget, 1), draft_top_k=draft_top_k, ignore_eos=True,
+                        **sampling)
     engine.reset()
 
 
@@ -197,6 +206,10 @@ def to_markdown(result: dict) -> str:
             for r in s["runs"]:
                 lines.append(f"| {s['name']} | {MODE_LABELS[r['mode']]} | {r['budget']} | {r['tok_s']:.1f} "
                              f"| {r['al']:.2f} | {r['speedup']:.2f}x |")
+    temperature = result.get("settings", {}).get("temperature", 0.0)
+    if temperature:
+        lines.insert(0, f"Sampled at temperature {temperature:g} (seed {result['settings']['seed']} + prompt index, "
+                        "the same in every mode)\n")
     differ = sum(s["n_prompts"] - r["identical"] for s in suites for r in s["runs"])
     if differ:
         gaps = [abs(g) for s in suites for r in s["runs"] for g in r.get("divergence_gaps", [])]

@@ -14,8 +14,42 @@ from typing import Callable, Iterator
 _PROBE_REPLY = "lucebox-probe-reply"  # texts no template rewrites, to find the turn boundaries
 _PROBE_USER = "lucebox-probe-user"
 
-HELP = "/reset starts over, /stats shows the last reply's numbers, /help this; " \
-       "Ctrl+C stops a reply, Ctrl+D exits"
+HELP = "/set NAME VALUE changes a sampling setting, /reset starts over, /stats shows the last reply's numbers, " \
+       "/help this; Ctrl+C stops a reply, Ctrl+D exits"
+
+# what /set may change (GenerationConfig fields), and how to read a value
+SETTINGS = {"temperature": float, "top_k": int, "top_p": float, "min_p": float, "repeat_penalty": float,
+            "presence_penalty": float, "frequency_penalty": float, "seed": int}
+_SHOWN = ("temperature", "top_k", "top_p", "min_p", "repeat_penalty", "presence_penalty", "frequency_penalty")
+# GGUF keys of a model's recommended sampler settings (what llama.cpp reads) -> our names
+_GGUF_SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_k": "top_k",
+                  "general.sampling.top_p": "top_p", "general.sampling.min_p": "min_p",
+                  "general.sampling.penalty_repeat": "repeat_penalty"}
+
+
+def recommended_sampling(target) -> tuple[dict, str]:
+    """(settings, where they came from): the GGUF's general.sampling.* if it has any, else Qwen's
+    published thinking-mode settings (config.CHAT_SAMPLING)."""
+    from .config import CHAT_SAMPLING
+    from .gguf_meta import read_metadata
+
+    meta = read_metadata(target, keys=_GGUF_SAMPLING)
+    found = {name: meta[key] for key, name in _GGUF_SAMPLING.items() if key in meta}
+    if not found:
+        return dict(CHAT_SAMPLING), "Qwen's recommended"
+    settings = dict(CHAT_SAMPLING)
+    # f32 metadata: 0.7 is stored as 0.699999988; keep the digits the model card gave
+    settings.update({k: int(v) if k == "top_k" else round(float(v), 6) for k, v in found.items()})
+    return settings, "from the GGUF"
+
+
+def describe_sampling(options: dict) -> str:
+    if not options.get("temperature"):
+        return "greedy"
+    parts = [f"{k.replace('_', '-')} {options[k]:g}" for k in _SHOWN if k in options]
+    if options.get("seed") is not None:
+        parts.append(f"seed {options['seed']}")
+    return ", ".join(parts)
 
 
 class ChatSession:
@@ -139,6 +173,8 @@ def _command(session: ChatSession, text: str, err) -> str | None:
             s = session.last.stats
             print(f"[{s.summary()}; conversation {len(session.ids)} tokens, {session.turns} turns]",
                   file=err, flush=True)
+    elif word == "/set":
+        print(f"[{_set(session, text.split()[1:])}]", file=err, flush=True)
     elif word in ("/help", "/?"):
         print(HELP, file=err, flush=True)
     elif word in ("/exit", "/quit"):
@@ -146,6 +182,29 @@ def _command(session: ChatSession, text: str, err) -> str | None:
     else:
         return None
     return "done"
+
+
+def _set(session: ChatSession, args: list[str]) -> str:
+    """`/set NAME VALUE` (names as the CLI spells them, - or _); `/set` alone shows the settings."""
+    from .config import GenerationConfig
+
+    if not args:
+        return "sampling: " + describe_sampling(session.options)
+    if len(args) != 2:
+        return "usage: /set NAME VALUE, e.g. /set temperature 0.7 (names: " + ", ".join(SETTINGS) + ")"
+    name, text = args[0].lower().lstrip("-").replace("-", "_"), args[1]
+    if name == "temp":
+        name = "temperature"
+    if name not in SETTINGS:
+        return f"unknown setting {args[0]!r}; one of: " + ", ".join(SETTINGS)
+    try:
+        value = None if name == "seed" and text.lower() in ("none", "random") else SETTINGS[name](text)
+        options = {**session.options, name: value}
+        GenerationConfig(**options)  # validates the whole set
+    except ValueError as e:
+        return f"not set: {e}"
+    session.options = options
+    return "sampling: " + describe_sampling(options)
 
 
 def _reply(session: ChatSession, text: str, out, err) -> None:

@@ -15,8 +15,8 @@ from contextlib import contextmanager
 import click
 
 from . import __version__
-from .config import (DEFAULT_BUDGET, DEFAULT_TOP_K, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_NEW_TOKENS, MAX_TOP_K,
-                     MAX_TREE)
+from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
+                     MAX_NEW_TOKENS, MAX_TREE)
 
 PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
 PREFILL_CHUNK = 512
@@ -83,14 +83,44 @@ def _decode_options(n_gen_default: int):
                          help="Decoding: ddtree when a draft is loaded, else ar."),
             click.option("--budget", type=click.IntRange(1, MAX_BUDGET), default=DEFAULT_BUDGET, show_default=True,
                          help="DDTree draft nodes per step."),
-            click.option("--top-k", type=click.IntRange(1, MAX_TOP_K), default=DEFAULT_TOP_K, show_default=True,
-                         help="Draft candidates per block position."),
+            click.option("--draft-top-k", type=click.IntRange(1, MAX_DRAFT_TOP_K), default=DEFAULT_DRAFT_TOP_K,
+                         show_default=True, help="Draft candidates per block position (DDTree)."),
             click.option("--system", default=None, help="System message (chat template)."),
         ]
         for option in reversed(options):
             fn = option(fn)
         return fn
     return decorate
+
+
+def _sampling_options(defaults_from: str):
+    """--temperature/--temp ... --seed; unset options are None (the command fills in its defaults)."""
+    def decorate(fn):
+        options = [
+            click.option("--temperature", "--temp", "temperature", type=click.FloatRange(min=0.0), default=None,
+                         help=f"Sampling temperature; 0 = greedy (default: {defaults_from})."),
+            click.option("--top-k", "top_k", type=click.IntRange(min=0), default=None,
+                         help="Sample among the k most likely tokens; 0 = off."),
+            click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=None,
+                         help="Nucleus sampling: the smallest set with this much probability; 1 = off."),
+            click.option("--min-p", type=click.FloatRange(min=0.0, max=1.0), default=None,
+                         help="Drop tokens below min_p x the top token's probability; 0 = off."),
+            click.option("--repeat-penalty", type=click.FloatRange(min=0.0, min_open=True), default=None,
+                         help="Penalise tokens of the last 64 (llama.cpp's rule); 1 = off."),
+            click.option("--presence-penalty", type=float, default=None, help="Subtract from seen tokens' logits."),
+            click.option("--frequency-penalty", type=float, default=None, help="Subtract count x this from logits."),
+            click.option("--seed", type=click.IntRange(min=0, max=2 ** 64 - 1), default=None,
+                         help="Sampling seed: one seed gives the same text in every mode (default: random)."),
+        ]
+        for option in reversed(options):
+            fn = option(fn)
+        return fn
+    return decorate
+
+
+def _given(**values) -> dict:
+    """The sampling options the user set (None = not given)."""
+    return {k: v for k, v in values.items() if v is not None}
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -209,12 +239,14 @@ def _read_prompt(prompt, prompt_file) -> str:
 @click.option("-p", "--prompt", default=None, help="Prompt text (else --prompt-file, else stdin).")
 @click.option("--prompt-file", type=click.Path(dir_okay=False), default=None, help="Read the prompt from a file.")
 @_decode_options(n_gen_default=256)
+@_sampling_options("greedy")
 @click.option("--raw", is_flag=True, help="Send the prompt as is, without the chat template.")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-sequence.")
 @click.option("--stats", is_flag=True, help="Print AL, decode tok/s and prefill time to stderr.")
 @_model_options("Context tokens (default: fit the prompt + n_gen).")
 @_friendly_errors
-def run(prompt, prompt_file, n_gen, mode, budget, top_k, system, raw, ignore_eos, stats,
+def run(prompt, prompt_file, n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, min_p,
+        repeat_penalty, presence_penalty, frequency_penalty, seed, raw, ignore_eos, stats,
         target, draft, no_draft, max_ctx, kv, device, threads):
     """Generate a reply to one prompt, streaming text as tokens commit."""
     text = _read_prompt(prompt, prompt_file)
@@ -229,8 +261,11 @@ def run(prompt, prompt_file, n_gen, mode, budget, top_k, system, raw, ignore_eos
     with _load_engine(models, tokenizer, max_ctx=max_ctx, kv=kv, device=device, threads=threads) as engine:
         prefill_s = _prefill_with_progress(engine, ids)
         last = ""
-        for piece in engine.stream(ids, n_gen, mode=mode or "auto", budget=budget, top_k=top_k,
-                                   ignore_eos=ignore_eos):
+        sampling = _given(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                          repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
+                          frequency_penalty=frequency_penalty, seed=seed)
+        for piece in engine.stream(ids, n_gen, mode=mode or "auto", budget=budget, draft_top_k=draft_top_k,
+                                   ignore_eos=ignore_eos, **sampling):
             sys.stdout.write(piece)
             sys.stdout.flush()
             last = piece or last
@@ -251,12 +286,14 @@ def run(prompt, prompt_file, n_gen, mode, budget, top_k, system, raw, ignore_eos
 
 @main.command()
 @_decode_options(n_gen_default=1024)
+@_sampling_options("the model's recommended settings")
 @click.option("--ignore-eos", is_flag=True, hidden=True, help="Replies always run to --n-gen (tests, demos).")
 @_model_options("Context tokens for the whole conversation.")
 @_friendly_errors
-def chat(n_gen, mode, budget, top_k, system, ignore_eos, target, draft, no_draft, max_ctx, kv, device, threads):
-    """Multi-turn chat (/reset, /stats; Ctrl+C stops a reply, Ctrl+D exits)."""
-    from .chat import HELP, ChatSession, repl
+def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, min_p, repeat_penalty,
+         presence_penalty, frequency_penalty, seed, ignore_eos, target, draft, no_draft, max_ctx, kv, device, threads):
+    """Multi-turn chat (/set, /reset, /stats; Ctrl+C stops a reply, Ctrl+D exits)."""
+    from .chat import HELP, ChatSession, describe_sampling, recommended_sampling, repl
 
     models = _resolve(target, draft, no_draft, mode)
     tokenizer = _load_tokenizer(models)
@@ -264,10 +301,15 @@ def chat(n_gen, mode, budget, top_k, system, ignore_eos, target, draft, no_draft
         raise ValueError(f"{models.target.name} has no chat template, which chat needs; use `lucebox run --raw`")
     with _load_engine(models, tokenizer, max_ctx=max_ctx or 8192, kv=kv, device=device,
                       threads=threads) as engine:
+        sampling, source = recommended_sampling(models.target)
+        sampling.update(_given(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                               repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
+                               frequency_penalty=frequency_penalty, seed=seed))
         session = ChatSession(engine, system=system, max_new_tokens=n_gen, mode=mode or "auto",
-                              budget=budget, top_k=top_k, ignore_eos=ignore_eos)
+                              budget=budget, draft_top_k=draft_top_k, ignore_eos=ignore_eos, **sampling)
         used = mode or ("ddtree" if engine.has_draft else "ar")
-        banner = f"lucebox chat: {models.target.name}, {used}, context {engine.info['max_ctx']}. {HELP}"
+        banner = (f"lucebox chat: {models.target.name}, {used}, context {engine.info['max_ctx']}; "
+                  f"sampling {describe_sampling(session.options)} ({source}). {HELP}")
         repl(session, banner=banner)
 
 
@@ -279,13 +321,19 @@ def chat(n_gen, mode, budget, top_k, system, ignore_eos, target, draft, no_draft
 @click.option("--budgets", default=str(DEFAULT_BUDGET), show_default=True,
               help="DDTree budgets, comma-separated (a sweep: 1,8,16,22,32).")
 @click.option("--chain", "with_chain", is_flag=True, help="Also run chain mode (linear verify) per budget.")
-@click.option("--top-k", type=click.IntRange(1, MAX_TOP_K), default=DEFAULT_TOP_K, show_default=True)
+@click.option("--draft-top-k", type=click.IntRange(1, MAX_DRAFT_TOP_K), default=DEFAULT_DRAFT_TOP_K,
+              show_default=True,
+              help="Draft candidates per block position (DDTree).")
+@click.option("--temperature", "--temp", "temperature", type=click.FloatRange(min=0.0), default=0.0,
+              show_default=True, help="Sampling temperature for every run (0 = greedy).")
+@click.option("--seed", type=click.IntRange(min=0, max=2 ** 64 - 1), default=0, show_default=True,
+              help="Sampling seed (one seed per prompt: AR and speculative runs then match token for token).")
 @click.option("--stop-at-eos", is_flag=True, help="End a run at end-of-sequence (default: always n_gen tokens).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default="lucebox-bench.json",
               show_default=True, help="Where to save the results.")
 @_model_options("Context tokens (default: fit the longest prompt + n_gen).")
 @_friendly_errors
-def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, top_k, stop_at_eos, json_path,
+def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temperature, seed, stop_at_eos, json_path,
           target, draft, no_draft, max_ctx, kv, device, threads):
     """Benchmark AR vs DFlash + DDTree: markdown table on stdout, JSON saved."""
     from . import bench as B
@@ -306,7 +354,8 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, top_k, stop_at_eo
     if with_chain:
         specs += [B.RunSpec("chain", b) for b in budget_list]
     with _load_engine(models, tokenizer, max_ctx=max_ctx, kv=kv, device=device, threads=threads) as engine:
-        result = B.run(engine, suites, specs, n_gen=n_gen, top_k=top_k, ignore_eos=not stop_at_eos)
+        result = B.run(engine, suites, specs, n_gen=n_gen, draft_top_k=draft_top_k, ignore_eos=not stop_at_eos,
+                       temperature=temperature, seed=seed)
         device_used = "cpu" if engine.info["device"] < 0 else f"cuda:{engine.info['device']}"
         result = B.stamp(result, target=str(models.target), draft=str(models.draft),
                          max_ctx=engine.info["max_ctx"], kv=kv, device=device_used)

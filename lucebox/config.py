@@ -1,6 +1,7 @@
 """Configuration dataclasses: every default lives here, and bad values raise ValueError."""
 from __future__ import annotations
 
+import math
 import numbers
 import os
 from dataclasses import dataclass, field
@@ -10,14 +11,21 @@ KV_TYPES = ("f16", "q8_0", "q4_0", "f32")
 MODES = ("auto", "ar", "chain", "ddtree")
 LOG_LEVELS = ("quiet", "error", "info", "debug")
 DEFAULT_BUDGET = 22
-DEFAULT_TOP_K = 8
+DEFAULT_DRAFT_TOP_K = 8
+# Sampling: candidates the device returns per row (a draw past them fetches the whole row; 32 is
+# the largest k ggml-cuda's top-k selects in one pass), and the penalty window (llama.cpp's
+# penalty_last_n): the last 64 tokens before the sampled position, prompt included.
+SAMPLING_CANDIDATES = 32
+PENALTY_LAST_N = 64
+# `lucebox chat` when the GGUF names no sampling settings: Qwen's published thinking-mode ones.
+CHAT_SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}
 MAX_TREE = 64  # nodes per verify, root included (native max_tree)
 MAX_TREE_LIMIT = 1024
 MAX_BUDGET = MAX_TREE_LIMIT - 1  # draft nodes of the largest tree
 # Draft candidates per block position: a tree of at most MAX_BUDGET draft nodes never uses a rank
 # past that, and the draft's output buffers grow with it ((block_size - 1) * top_k): a typo like
 # 2000000000 must be an error, not a 112 GiB allocation.
-MAX_TOP_K = MAX_BUDGET
+MAX_DRAFT_TOP_K = MAX_BUDGET
 MAX_CTX_LIMIT = 1 << 24  # native kMaxCtxLimit
 MAX_UBATCH = 1 << 16
 MAX_NEW_TOKENS = 1 << 30
@@ -101,19 +109,57 @@ class GenerationConfig:
     max_new_tokens: int = 256
     mode: str = "auto"          # auto = ddtree with a draft, else ar
     budget: int = DEFAULT_BUDGET  # DDTree draft nodes (root not counted)
-    top_k: int = DEFAULT_TOP_K    # draft candidates per block position
+    draft_top_k: int = DEFAULT_DRAFT_TOP_K  # draft candidates per block position
     chain_seed: bool = True       # put the draft's top-1 chain in the tree first
     stop: tuple[str, ...] = field(default_factory=tuple)
     ignore_eos: bool = False
+    # sampling (lucebox/sampling.py): penalties -> temperature -> top-k -> top-p -> min-p -> draw
+    temperature: float = 0.0      # 0 = greedy
+    top_k: int = 0                # sampler top-k; 0 = off
+    top_p: float = 1.0            # 1 = off
+    min_p: float = 0.0            # 0 = off
+    repeat_penalty: float = 1.0   # 1 = off
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None       # None = a fresh random seed per request
 
     def __post_init__(self):
         _check_int("max_new_tokens", self.max_new_tokens, 1, MAX_NEW_TOKENS)
         if self.mode not in MODES:
             raise ValueError(f"mode must be one of {', '.join(MODES)}; got {self.mode!r}")
         _check_int("budget", self.budget, 1, MAX_BUDGET, "draft nodes per verify (default 22)")
-        _check_int("top_k", self.top_k, 1, MAX_TOP_K, "draft candidates per block position (default 8)")
+        _check_int("draft_top_k", self.draft_top_k, 1, MAX_DRAFT_TOP_K, "draft candidates per block position (default 8)")
+        self._check_sampling()
         if isinstance(self.stop, str):
             self.stop = (self.stop,)
         if not all(isinstance(s, str) for s in self.stop):
             raise ValueError(f"stop must be a string or a list of strings, got {self.stop!r}")
         self.stop = tuple(s for s in self.stop if s)
+
+    def _check_sampling(self) -> None:
+        def number(name: str, low: float, high: float, low_open: bool = False) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+                raise ValueError(f"{name} must be a finite number, got {v!r}")
+            if v < low or v > high or (low_open and v == low):
+                raise ValueError(f"{name} must be in {'(' if low_open else '['}{low:g}, {high:g}], got {v!r}")
+
+        number("temperature", 0.0, 100.0)
+        number("top_p", 0.0, 1.0, low_open=True)
+        number("min_p", 0.0, 1.0)
+        number("repeat_penalty", 0.0, 100.0, low_open=True)
+        number("presence_penalty", -100.0, 100.0)
+        number("frequency_penalty", -100.0, 100.0)
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
+                                      or not 0 <= self.seed < 2 ** 64):
+            raise ValueError(f"seed must be an integer in [0, 2^64) or None, got {self.seed!r}")
+
+    def processing(self):
+        from .sampling import Processing
+
+        return Processing(temperature=float(self.temperature), top_k=self.top_k, top_p=float(self.top_p),
+                          min_p=float(self.min_p), repeat_penalty=float(self.repeat_penalty),
+                          presence_penalty=float(self.presence_penalty),
+                          frequency_penalty=float(self.frequency_penalty))

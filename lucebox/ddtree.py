@@ -1,4 +1,4 @@
-"""DDTree: the draft tree (step 2) and the greedy acceptance walk (step 4) of one decode step.
+"""DDTree: the draft tree (step 2) and the acceptance walk (step 4) of one decode step.
 
 The draft gives, for block positions j = 1..L, its top-K tokens `ids[L, K]` and their log-probs
 `logp[L, K]` (best first). Its positions are independent (a factorized distribution), so a
@@ -53,14 +53,14 @@ class Tree:
         return self._children
 
 
-def check_params(budget: int, top_k: int) -> None:
+def check_params(budget: int, draft_top_k: int) -> None:
     """Raise ValueError when the tree budget or the draft's top-k is out of range."""
     if isinstance(budget, bool) or not isinstance(budget, (int, np.integer)):
         raise ValueError(f"budget must be an integer number of draft nodes, got {budget!r}")
     if not 1 <= budget <= MAX_BUDGET:
         raise ValueError(f"budget must be in [1, {MAX_BUDGET}] draft nodes, got {budget}")
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)) or top_k < 1:
-        raise ValueError(f"top_k must be an integer >= 1 (draft candidates per position), got {top_k!r}")
+    if isinstance(draft_top_k, bool) or not isinstance(draft_top_k, (int, np.integer)) or draft_top_k < 1:
+        raise ValueError(f"draft_top_k must be an integer >= 1 (draft candidates per position), got {draft_top_k!r}")
 
 
 def build_tree(ids: np.ndarray, logp: np.ndarray, last: int, budget: int = DEFAULT_BUDGET,
@@ -123,23 +123,31 @@ def chain_tree(ids: np.ndarray, last: int, n: int, logp: np.ndarray | None = Non
     return Tree(tokens, steps - 1, steps.copy(), rank, steps.copy(), cum)
 
 
-def walk(tree: Tree, target_argmax: np.ndarray) -> tuple[np.ndarray, int]:
-    """Greedy acceptance: follow the target's choice from the root while a child matches it.
+def walk(tree: Tree, target_choice) -> tuple[np.ndarray, int]:
+    """Acceptance: follow the target's choice from the root while a child carries it.
 
+    target_choice: the target's token after each node, either a sequence (greedy: the argmax of
+    every node) or a callable node -> token (sample-and-match: the token drawn from the target's
+    processed distribution at that node; called only for the nodes on the path, root first).
     Returns (path, bonus): path = node indices from the root (path[0] = 0), len(path) - 1 accepted
     draft tokens; bonus = the target's choice after the last path node.
     """
-    am = target_argmax.tolist() if isinstance(target_argmax, np.ndarray) else list(target_argmax)
-    if len(am) != len(tree.tokens):
-        raise ValueError(f"target_argmax has {len(am)} entries but the tree has {len(tree.tokens)} nodes; "
-                         "pass the verify output for exactly this tree")
+    if callable(target_choice):
+        choose = target_choice
+    else:
+        am = target_choice.tolist() if isinstance(target_choice, np.ndarray) else list(target_choice)
+        if len(am) != len(tree.tokens):
+            raise ValueError(f"target_argmax has {len(am)} entries but the tree has {len(tree.tokens)} nodes; "
+                             "pass the verify output for exactly this tree")
+        choose = am.__getitem__
     child = tree.children_by_token().get
     path = [0]
     cur = 0
     while True:
-        nxt = child((cur, am[cur]))
+        tok = int(choose(cur))
+        nxt = child((cur, tok))
         if nxt is None:
-            return np.array(path, np.int32), int(am[cur])
+            return np.array(path, np.int32), tok
         path.append(nxt)
         cur = nxt
 
@@ -191,7 +199,7 @@ def _check_draft(ids: np.ndarray, logp: np.ndarray) -> None:
     if ids.shape[0] < 1:
         raise ValueError("the draft gave no block positions (ids has 0 rows); the block size must be >= 2")
     if ids.shape[1] < 1:
-        raise ValueError("top_k must be >= 1, but ids has 0 columns")
+        raise ValueError("draft_top_k must be >= 1, but ids has 0 columns")
     if ids.dtype.kind not in "iu" or logp.dtype.kind != "f":
         raise ValueError(f"ids must be integer and logp floating point, got {ids.dtype} and {logp.dtype}")
 

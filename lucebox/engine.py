@@ -1,8 +1,9 @@
 """Engine: load once, then generate with AR, chain or DDTree speculative decoding.
 
-One decode step is five named stages (see DESIGN.md): draft -> tree -> verify -> accept -> commit,
-a fixed number of native calls on buffers allocated once. Greedy speculative decoding is lossless:
-the committed tokens equal AR greedy decoding, whatever the draft proposes.
+One decode step is five named stages (see DESIGN.md and decode.py): draft -> tree -> verify ->
+accept -> commit, a fixed number of native calls on buffers allocated once. Speculative decoding is
+lossless: greedy, the committed tokens equal AR greedy decoding whatever the draft proposes; sampled
+(temperature > 0 or penalties), they equal AR sampling with the same seed (sampling.py).
 """
 from __future__ import annotations
 
@@ -15,9 +16,10 @@ from typing import Iterator, Sequence
 
 import numpy as np
 
-from . import ddtree
 from ._native import Handle, device_count
 from .config import EngineConfig, GenerationConfig, device_index
+from .decode import Step
+from .sampling import Sampler
 from .drafters import Drafter, NativeDrafter
 from .stats import GenerationStats
 
@@ -28,6 +30,7 @@ class Generation:
     tokens: list[int]           # a cancelled stream adds what its last step committed unshown (see stream)
     finish_reason: str          # "length", "eos", "stop", "context" or "cancelled"
     stats: GenerationStats
+    seed: int | None = None     # the sampling seed used (None: greedy)
 
 
 class Engine:
@@ -67,8 +70,6 @@ class Engine:
         self._pending: int | None = None     # target argmax after _cache_tokens (not yet fed)
         self.lock = threading.RLock()        # one request at a time (see the class docstring)
         self._epoch = 0                      # bumped by every call that takes the engine over
-        # verify output buffer, allocated once
-        self._argmax = np.empty(self.info["max_tree"], np.int32)
         self.last_stats: GenerationStats | None = None
 
     # --- lifetime -------------------------------------------------------------------------
@@ -162,8 +163,9 @@ class Engine:
                              f"got {kind}") from None
         return [int(t) for t in prompt]
 
-    def _prefill(self, ids: list[int], stats: GenerationStats) -> int:
-        """Bring the caches to `ids`, reusing the cached prefix; return the next token."""
+    def _prefill(self, ids: list[int], stats: GenerationStats, sampler=None) -> int:
+        """Bring the caches to `ids`, reusing the cached prefix; return the next token (the argmax,
+        or with a sampler the token drawn at position len(ids))."""
         if not ids:
             raise ValueError("prompt is empty")
         n_cached = len(self._cache_tokens)
@@ -172,14 +174,24 @@ class Engine:
                 and (n_cached < len(ids) or self._pending is not None)):
             self.reset()
             n_cached = 0
+        if sampler is not None and n_cached == len(ids):
+            # the draw needs the last prompt token's row, which no cache keeps: feed the prompt again
+            self.reset()
+            n_cached = 0
         new = ids[n_cached:]
         t0 = time.perf_counter()
+        first = self._pending
+        if new and sampler is None:
+            self._pending = first = self._h().prefill(np.asarray(new, np.int32))
+        elif new:
+            sampler.set_window(0, ids)
+            self._pending = self._h().prefill_sampled(np.asarray(new, np.int32), sampler.io)
+            first = sampler.pick(0, len(ids), self._h().processed_row)
         if new:
-            self._pending = self._h().prefill(np.asarray(new, np.int32))
             self._cache_tokens = list(ids)
         stats.prefill_s = time.perf_counter() - t0
         stats.prompt_tokens = len(new)
-        return self._pending
+        return first
 
     def next_logits(self, prompt) -> np.ndarray:
         """The target's logits ([n_vocab] float32) for the token after `prompt`; afterwards the
@@ -222,6 +234,8 @@ class Engine:
         if len(ids) > self.info["max_ctx"]:
             raise ValueError(f"prompt of {len(ids)} tokens does not fit max_ctx {self.info['max_ctx']}; "
                              "raise max_ctx or shorten the prompt")
+        sampler = Sampler.for_request(gen, self.info)
+        seed = sampler.seed if sampler is not None else None
         stats = GenerationStats(mode=mode)
         self.last_stats = stats
         tok = self.tokenizer
@@ -231,13 +245,14 @@ class Engine:
         text = ""
         finish = "length"
         with self.lock:
-            last = self._transaction(self._prefill, ids, stats)
+            last = self._transaction(self._prefill, ids, stats, sampler)
             self._epoch += 1  # after _prefill, whose reset() bumps it too: this stream owns the engine now
             epoch = self._epoch
         t_start = time.perf_counter()
+        step = Step(self._h(), self.info, mode, drafter, gen, sampler)
         chunk, i = [], 0
         try:
-            for chunk in self._exclusive(self._decode(last, gen, mode, drafter, stats, stop_ids), epoch):
+            for chunk in self._exclusive(self._decode(last, gen, step, stats, stop_ids), epoch):
                 for i, t in enumerate(chunk):
                     if t in stop_ids:
                         finish = "eos"
@@ -266,7 +281,7 @@ class Engine:
             stats.new_tokens = len(out)
             unshown = list(itertools.takewhile(lambda t: t not in stop_ids, chunk[i + 1:]))
             self._last_generation = Generation(text=text, tokens=out + unshown, finish_reason="cancelled",
-                                               stats=stats)
+                                               stats=stats, seed=seed)
             raise
         stats.decode_s = time.perf_counter() - t_start
         stats.new_tokens = len(out)
@@ -275,81 +290,37 @@ class Engine:
             if tail:
                 text += tail
                 yield tail
-        self._last_generation = Generation(text=text, tokens=out, finish_reason=finish, stats=stats)
+        self._last_generation = Generation(text=text, tokens=out, finish_reason=finish, stats=stats, seed=seed)
 
     @property
     def last_generation(self) -> Generation:
         return self._last_generation
 
-    def _decode(self, last: int, gen: GenerationConfig, mode: str, drafter: Drafter | None,
-                stats: GenerationStats, stop_ids: set[int]) -> Iterator[list[int]]:
+    def _decode(self, last: int, gen: GenerationConfig, step: Step, stats: GenerationStats,
+                stop_ids: set[int]) -> Iterator[list[int]]:
         """Yield the tokens each step emits, starting with `last`; stops at max_new or context.
 
         A step never commits past an end-of-sequence token or the request's last token, so the
         caches end exactly where the output does (a chat's next turn then reuses them).
         """
-        h = self._h()
-        max_ctx = self.info["max_ctx"]
-        max_tree = self.info["max_tree"]
         emitted = 1
         yield [last]
         if last in stop_ids:
             return
         while emitted < gen.max_new_tokens:
-            n_past = len(self._cache_tokens)
-            room = max_ctx - n_past          # nodes this verify may write, root included
-            if room < 1:
+            r = step.run(last, self._cache_tokens, gen.max_new_tokens - emitted, stop_ids)
+            if r is None:
                 return
-            remaining = gen.max_new_tokens - emitted
-            if mode == "ar" or room < 2:
-                t0 = time.perf_counter()
-                nxt = h.step(last)
-                stats.verify_s += time.perf_counter() - t0
-                self._cache_tokens.append(last)
-                self._pending = last = nxt
-                stats.record_step(1)
-                emitted += 1
-                yield [nxt]
-                continue
-            # draft
-            t0 = time.perf_counter()
-            ids, logp = drafter.propose(last, n_past, gen.top_k)
-            t1 = time.perf_counter()
-            # tree
-            budget = min(gen.budget, room - 1, max_tree - 1)
-            if mode == "chain":
-                tree = ddtree.chain_tree(ids, last, budget)
-            else:
-                tree = ddtree.build_tree(ids, logp, last, budget, chain_seed=gen.chain_seed)
-            n = len(tree.tokens)
-            t2 = time.perf_counter()
-            # verify
-            h.verify(tree.tokens, tree.parents, self._argmax[:n])
-            t3 = time.perf_counter()
-            # accept: never commit more than the request still needs
-            path, bonus = ddtree.walk(tree, self._argmax[:n])
-            path = list(path)
-            emits = [int(t) for t in tree.tokens[path[1:]]] + [int(bonus)]
-            for i, t in enumerate(emits):
-                if t in stop_ids:
-                    remaining = min(remaining, i + 1)
-                    break
-            if len(path) > remaining:
-                path, bonus = path[:remaining], int(tree.tokens[path[remaining]])
-            t4 = time.perf_counter()
-            # commit
-            h.commit(np.asarray(path, np.int32))
-            t5 = time.perf_counter()
-            committed = [int(t) for t in tree.tokens[path]]
-            self._cache_tokens.extend(committed)
-            self._pending = last = int(bonus)
-            stats.draft_s += t1 - t0
-            stats.verify_s += t3 - t2
-            stats.commit_s += t5 - t4
-            stats.host_s += (t2 - t1) + (t4 - t3)
-            stats.record_step(len(path))
-            emitted += len(path)
-            yield committed[1:] + [last]
+            self._cache_tokens.extend(r.committed)
+            self._pending = r.argmax_after
+            last = r.bonus
+            stats.draft_s += r.draft_s
+            stats.verify_s += r.verify_s
+            stats.commit_s += r.commit_s
+            stats.host_s += r.host_s
+            stats.record_step(len(r.committed))
+            emitted += len(r.committed)
+            yield r.committed[1:] + [last]
 
 
 def _find_stop(text: str, stops: Sequence[str], new_from: int) -> int | None:

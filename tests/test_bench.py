@@ -145,3 +145,24 @@ def test_bench_sweep_with_chain_and_own_prompts(tiny_pair, tmp_path):
     assert [(r["mode"], r["budget"]) for r in suite["runs"]] == [("ddtree", 1), ("ddtree", 4), ("chain", 1), ("chain", 4)]
     assert all(r["al"] >= 1 and r["identical"] == 2 for r in suite["runs"])
     assert len(result.stdout.strip().splitlines()) == 2 + 5
+
+
+def test_bench_samples_at_a_temperature(tiny_pair, tmp_path):
+    from click.testing import CliRunner
+
+    from lucebox.cli import main
+
+    prompts = tmp_path / "two.jsonl"
+    prompts.write_text(json.dumps({"prompt": "def add(a, b):"}) + "\n" + json.dumps({"prompt": "Count: one"}) + "\n")
+    out = tmp_path / "t.json"
+    args = ["bench", "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]), "--device", "cpu",
+            "--prompts", str(prompts), "-n", "16", "--budgets", "4,22", "--chain"]
+    result = CliRunner().invoke(main, [*args, "--temperature", "1.0", "--seed", "5", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith("Sampled at temperature 1 (seed 5")
+    data = json.loads(out.read_text())
+    assert data["settings"]["temperature"] == 1.0 and data["settings"]["seed"] == 5
+    (suite,) = data["suites"]
+    assert all(r["identical"] == 2 for r in suite["runs"])  # one seed: every mode samples AR's tokens
+    greedy = CliRunner().invoke(main, [*args, "--json", str(tmp_path / "g.json")])
+    assert greedy.exit_code == 0 and not greedy.stdout.startswith("Sampled")

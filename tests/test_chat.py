@@ -175,6 +175,21 @@ def test_context_overflow_is_reported_and_reset_recovers(tiny_pair):
         assert session.turns == 1
 
 
+def run_repl(session, lines: list[str]) -> io.StringIO:
+    """Feed `lines` to the REPL, then EOF; returns what it wrote to stderr."""
+    it = iter(lines)
+
+    def read(prompt):
+        try:
+            return next(it)
+        except StopIteration:
+            raise EOFError
+
+    err = io.StringIO()
+    assert chat.repl(session, read=read, out=io.StringIO(), err=err) == 0
+    return err
+
+
 def test_repl_commands_and_eof():
     class FakeSession:
         last, ids, turns = None, [], 0
@@ -182,18 +197,50 @@ def test_repl_commands_and_eof():
         def reset(self):
             self.was_reset = True
 
-    lines = iter(["/help", "/stats", "/reset"])
-
-    def read(prompt):
-        try:
-            return next(lines)
-        except StopIteration:
-            raise EOFError
-
-    session, err = FakeSession(), io.StringIO()
-    assert chat.repl(session, read=read, out=io.StringIO(), err=err) == 0
+    session = FakeSession()
+    err = run_repl(session, ["/help", "/stats", "/reset"])
     assert "Ctrl+D exits" in err.getvalue() and "[no reply yet]" in err.getvalue()
     assert session.was_reset
+
+
+def test_set_changes_validated_sampling_settings(tiny_gguf, tmp_path):
+    class FakeSession:
+        last, ids, turns = None, [], 0
+        options = {"max_new_tokens": 8, "temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}
+
+    session = FakeSession()
+    said = run_repl(session, ["/set temperature 0.9", "/set --top-p 0.5", "/set seed 7", "/set top_k -3",
+                              "/set nope 1", "/set temperature", "/set temp 0", "/set"]).getvalue().splitlines()
+    assert said[0] == "[sampling: temperature 0.9, top-k 20, top-p 0.95, min-p 0]"
+    assert said[1] == "[sampling: temperature 0.9, top-k 20, top-p 0.5, min-p 0]"
+    assert said[2].endswith("seed 7]")
+    assert said[3].startswith("[not set: top_k must be")
+    assert said[4].startswith("[unknown setting 'nope'")
+    assert said[5].startswith("[usage: /set NAME VALUE")
+    assert said[6] == said[7] == "[sampling: greedy]"
+    assert session.options["temperature"] == 0.0 and session.options["seed"] == 7
+
+
+def test_recommended_sampling_reads_the_gguf(tiny_gguf, tmp_path):
+    import gguf
+
+    from lucebox.gguf_meta import read_metadata
+
+    assert chat.recommended_sampling(tiny_gguf["f32"]) == (
+        {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}, "Qwen's recommended")
+    # a copy that names its own settings (llama.cpp's general.sampling.* keys)
+    src = gguf.GGUFReader(tiny_gguf["f32"])
+    dst = tmp_path / "with-sampling.gguf"
+    writer = gguf.GGUFWriter(dst, arch=read_metadata(tiny_gguf["f32"], keys=["general.architecture"])["general.architecture"])
+    writer.add_float32("general.sampling.temp", 0.7)
+    writer.add_int32("general.sampling.top_k", 40)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    settings, source = chat.recommended_sampling(dst)
+    assert source == "from the GGUF"
+    assert settings == {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.0}
+    assert src is not None
 
 
 # --- the REPL in a real terminal -----------------------------------------------------------------

@@ -254,7 +254,7 @@ def test_chunked_prefill_under_a_progress_bar_changes_nothing(tiny_pair, monkeyp
 # --- hostile input (issue 15): one line, never a traceback -----------------------------------
 @pytest.mark.parametrize("args, word", [
     (["--threads", "100000"], "n_threads"), (["--threads", "20000"], "n_threads"),
-    (["--top-k", "2000000000"], "--top-k"), (["--budget", "999999"], "--budget"),
+    (["--draft-top-k", "2000000000"], "--draft-top-k"), (["--budget", "999999"], "--budget"),
     (["-n", "99999999999"], "--n-gen"), (["--max-ctx", str(2**31)], "--max-ctx"),
 ])
 def test_absurd_option_values(tiny_pair, args, word):
@@ -271,3 +271,33 @@ def test_invalid_utf8_prompt(tiny_pair):
     argv = subprocess.run([*cmd, "-p", os.fsdecode(b"\xff\xfe")], capture_output=True, text=True, env=_env(),
                           timeout=300)
     assert "Unicode" in _one_line_error(argv)
+
+
+def test_run_sampling_options_match_the_engine(tiny_pair):
+    from lucebox.engine import Engine
+
+    opts = dict(temperature=0.8, top_k=30, top_p=0.9, min_p=0.01, repeat_penalty=1.2, presence_penalty=0.3,
+                frequency_penalty=0.1, seed=42)
+    with Engine(tiny_pair[0], draft=tiny_pair[1], max_ctx=512, device="cpu") as engine:
+        want = engine.generate([{"role": "user", "content": "Hello"}], 12, mode="ar", **opts).text
+    flags = ["--temp", "0.8", "--top-k", "30", "--top-p", "0.9", "--min-p", "0.01", "--repeat-penalty", "1.2",
+             "--presence-penalty", "0.3", "--frequency-penalty", "0.1", "--seed", "42"]
+    for mode in ("ar", "ddtree"):
+        result = CliRunner().invoke(main, ["run", "-p", "Hello", "-n", "12", "--mode", mode, *flags,
+                                           "--draft-top-k", "4", *_models(tiny_pair)])
+        assert result.exit_code == 0, result.output
+        assert result.stdout.rstrip("\n") == want.rstrip("\n")
+    bad = CliRunner().invoke(main, ["run", "-p", "Hello", "--top-p", "0", *_models(tiny_pair)])
+    assert bad.exit_code == 2 and "--top-p" in bad.output
+    old = CliRunner().invoke(main, ["run", "-p", "Hello", "--top-k", "-1", *_models(tiny_pair)])
+    assert old.exit_code == 2 and "--top-k" in old.output
+
+
+def test_chat_banner_shows_the_sampling(tiny_pair):
+    done = _lucebox(["chat", "-n", "4", *_models(tiny_pair)], env=_env(), stdin="Hello\n/set temp 0\n/set\n")
+    assert done.returncode == 0, done.stderr
+    banner = done.stderr.splitlines()[0]
+    assert "sampling temperature 0.6, top-k 20, top-p 0.95, min-p 0 (Qwen's recommended)" in banner
+    assert "[sampling: greedy]" in done.stderr
+    done = _lucebox(["chat", "-n", "4", "--temp", "1.1", "--seed", "3", *_models(tiny_pair)], env=_env(), stdin="")
+    assert "sampling temperature 1.1, top-k 20, top-p 0.95, min-p 0, seed 3" in done.stderr.splitlines()[0]

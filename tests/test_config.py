@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lucebox._native import Handle
-from lucebox.config import MAX_TOP_K, EngineConfig, GenerationConfig, max_threads
+from lucebox.config import MAX_DRAFT_TOP_K, EngineConfig, GenerationConfig, max_threads
 from lucebox.engine import Engine
 
 
@@ -33,7 +33,7 @@ def test_engine_config_rejects(field, value, words):
 
 
 @pytest.mark.parametrize("field, value, word", [
-    ("top_k", 2_000_000_000, "top_k"), ("top_k", MAX_TOP_K + 1, "top_k"), ("budget", 10**6, "budget"),
+    ("draft_top_k", 2_000_000_000, "draft_top_k"), ("draft_top_k", MAX_DRAFT_TOP_K + 1, "draft_top_k"), ("budget", 10**6, "budget"),
     ("max_new_tokens", 0, "max_new_tokens"), ("max_new_tokens", 2.5, "max_new_tokens"),
     ("mode", "fast", "mode"), ("stop", [1, 2], "stop"),
 ])

@@ -191,7 +191,7 @@ def test_speculative_equals_ar(engine, ar, mode, budget, top_k, chain_seed, draf
     else:
         d = Oracle(prompt + want, engine.info["n_vocab"], noisy_rank(n_prompt + budget))
     engine.reset()
-    g = engine.generate(prompt, n_new, mode=mode, budget=budget, top_k=top_k, chain_seed=chain_seed,
+    g = engine.generate(prompt, n_new, mode=mode, budget=budget, draft_top_k=top_k, chain_seed=chain_seed,
                         ignore_eos=True, drafter=d)
     assert g.tokens == want[:n_new]
     assert g.finish_reason == "length"
@@ -281,7 +281,7 @@ def test_lossless_with_quantized_caches_and_limits(tiny_gguf, tiny_draft_dirs, o
         for mode, chain_seed in (("ddtree", True), ("ddtree", False), ("chain", True)):
             d = Oracle(prompt + want, e.info["n_vocab"], noisy_rank(7))
             e.reset()
-            g = e.generate(prompt, 60, mode=mode, top_k=4, chain_seed=chain_seed, ignore_eos=True, drafter=d)
+            g = e.generate(prompt, 60, mode=mode, draft_top_k=4, chain_seed=chain_seed, ignore_eos=True, drafter=d)
             assert g.tokens == want[:60]
             assert g.stats.accept_lengths == expected_als(d.calls, prompt + want, mode, budget, chain_seed, 60)
             e.reset()
@@ -396,7 +396,7 @@ def test_tree_accepts_past_a_rank_one_token(engine, ar, chain_seed, budget):
 
     tree_d = Oracle(prompt + want, vocab, rank, detour_logp(DETOUR_ROWS))
     engine.reset()
-    tree = engine.generate(prompt, n_new, mode="ddtree", budget=budget, top_k=4, chain_seed=chain_seed,
+    tree = engine.generate(prompt, n_new, mode="ddtree", budget=budget, draft_top_k=4, chain_seed=chain_seed,
                            ignore_eos=True, drafter=tree_d)
     assert tree.tokens == want[:n_new]
     als = tree.stats.accept_lengths
@@ -599,8 +599,12 @@ def test_scripted_draft_on_a_target_only_engine(target_only, ar):
 
 
 @pytest.mark.parametrize("opts,words", [
-    ({"budget": 0}, "budget"), ({"budget": -3}, "budget"), ({"top_k": 0}, "top_k"),
-    ({"top_k": -1}, "top_k"), ({"max_new_tokens": 0}, "max_new_tokens"), ({"mode": "beam"}, "mode"),
+    ({"budget": 0}, "budget"), ({"budget": -3}, "budget"), ({"draft_top_k": 0}, "draft_top_k"),
+    ({"draft_top_k": -1}, "draft_top_k"), ({"max_new_tokens": 0}, "max_new_tokens"), ({"mode": "beam"}, "mode"),
+    ({"top_k": -1}, "top_k"), ({"temperature": -0.5}, "temperature"), ({"temperature": float("nan")}, "temperature"),
+    ({"top_p": 0.0}, "top_p"), ({"top_p": 1.5}, "top_p"), ({"min_p": -0.1}, "min_p"), ({"min_p": 2}, "min_p"),
+    ({"repeat_penalty": 0}, "repeat_penalty"), ({"presence_penalty": float("inf")}, "presence_penalty"),
+    ({"frequency_penalty": "x"}, "frequency_penalty"), ({"seed": -1}, "seed"), ({"seed": 1.5}, "seed"),
 ])
 def test_bad_generation_options(engine, opts, words):
     opts = {"max_new_tokens": 4, **opts}
@@ -608,16 +612,16 @@ def test_bad_generation_options(engine, opts, words):
         engine.generate([1, 2, 3], **opts)
 
 
-def test_top_k_beyond_vocab_is_a_native_error(engine, ar):
+def test_draft_top_k_beyond_vocab_is_a_native_error(engine, ar):
     prompt = make_prompt(5, seed=20)
     want = ar(prompt)
     vocab = engine.info["n_vocab"]
     with pytest.raises(NativeError, match="top_k") as err:
-        engine.generate(prompt, 8, mode="ddtree", top_k=vocab + 1, ignore_eos=True)
+        engine.generate(prompt, 8, mode="ddtree", draft_top_k=vocab + 1, ignore_eos=True)
     assert str(vocab + 1) in str(err.value) or str(vocab) in str(err.value)
     assert "\n" not in str(err.value)
     # the engine is still usable, and K == vocab is fine
-    assert engine.generate(prompt, 8, mode="ddtree", top_k=vocab, ignore_eos=True).tokens == want[:8]
+    assert engine.generate(prompt, 8, mode="ddtree", draft_top_k=vocab, ignore_eos=True).tokens == want[:8]
 
 
 def test_token_outside_vocab_leaves_the_engine_usable(engine, ar):

@@ -20,14 +20,14 @@ import numpy as np
 from lucebox import Engine
 
 
-def measure(engine: Engine, prompts: list[dict], n_gen: int, budget: int, top_k: int) -> dict:
+def measure(engine: Engine, prompts: list[dict], n_gen: int, budget: int, draft_top_k: int) -> dict:
     rows = []
     for p in prompts:
         row = {"id": p["id"]}
         outs = {}
         for mode in ("ar", "chain", "ddtree"):
             engine.reset()
-            g = engine.generate(p["prompt"], n_gen, mode=mode, budget=budget, top_k=top_k, ignore_eos=True)
+            g = engine.generate(p["prompt"], n_gen, mode=mode, budget=budget, draft_top_k=draft_top_k, ignore_eos=True)
             outs[mode] = g.tokens
             row[f"{mode}_tok_s"] = round(g.stats.decode_tok_s, 1)
             if mode != "ar":
@@ -37,7 +37,7 @@ def measure(engine: Engine, prompts: list[dict], n_gen: int, budget: int, top_k:
         rows.append(row)
     chain = float(np.mean([r["chain_al"] for r in rows]))
     tree = float(np.mean([r["ddtree_al"] for r in rows]))
-    return {"n_prompts": len(rows), "n_gen": n_gen, "budget": budget, "top_k": top_k,
+    return {"n_prompts": len(rows), "n_gen": n_gen, "budget": budget, "draft_top_k": draft_top_k,
             "chain_al": round(chain, 3), "ddtree_al": round(tree, 3), "ddtree_over_chain": round(tree / chain, 3),
             "identical": all(r["chain_identical"] and r["ddtree_identical"] for r in rows),
             "ar_tok_s": round(float(np.mean([r["ar_tok_s"] for r in rows])), 1),
@@ -53,14 +53,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--n-gen", type=int, default=128)
     ap.add_argument("--budget", type=int, default=22)
-    ap.add_argument("--top-k", type=int, default=8)
+    ap.add_argument("--draft-top-k", type=int, default=8)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args(argv)
     prompts = [json.loads(line) for line in args.prompts.read_text().splitlines() if line.strip()]
     t0 = time.perf_counter()
     with Engine(args.models / "target.gguf", draft=args.models / "draft", device="cpu",
                 n_threads=args.threads, max_ctx=1024) as engine:
-        res = measure(engine, prompts, args.n_gen, args.budget, args.top_k)
+        res = measure(engine, prompts, args.n_gen, args.budget, args.draft_top_k)
     res["seconds"] = round(time.perf_counter() - t0, 1)
     args.out.write_text(json.dumps(res, indent=1) + "\n")
     print(f"{res['n_prompts']} prompts, n_gen {res['n_gen']}: chain AL {res['chain_al']}, DDTree AL "

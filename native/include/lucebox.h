@@ -87,6 +87,34 @@ typedef struct lb_model_info {
     int32_t device;            /* as loaded: -1 CPU, else the CUDA device                         */
 } lb_model_info;
 
+/*
+ * Sampling tail of lb_prefill_sampled / lb_verify_sampled: for each output row the target's
+ * logits are processed on the device and reduced to what an exact draw needs (no full row leaves):
+ *   penalties  l' = (l > 0 ? l * (1 / repeat_penalty) : l * repeat_penalty)
+ *                   - (count * frequency_penalty + presence_penalty)      for each named (token, count)
+ *   outputs    the C best tokens of l' (unordered) with their l', max_v l'_v, and
+ *              lse = log sum_v exp((l'_v - max) / temperature) over the whole vocabulary.
+ * The host applies top-k / top-p / min-p to the candidates and draws; a draw that reaches past them
+ * reads the whole processed row with lb_processed_row.
+ */
+typedef struct lb_sampling {
+    float temperature;          /* > 0                                                          */
+    float repeat_penalty;       /* > 0; 1 = off                                                 */
+    float presence_penalty;     /* 0 = off                                                      */
+    float frequency_penalty;    /* 0 = off                                                      */
+    int32_t n_candidates;       /* C in [1, n_vocab]                                            */
+    int32_t penalty_slots;      /* W in [0, min(1024, n_vocab)]: (token, count) slots per row;
+                                   0 = no penalty stage (then pen_* may be NULL)               */
+    const int32_t * pen_tokens; /* [rows * W]: row r's tokens in slots r*W.., -1 = empty; each
+                                   token at most once per row                                   */
+    const int32_t * pen_counts; /* [rows * W]: occurrences of each named token (>= 1)           */
+    int32_t * cand_ids;         /* out [rows * C]                                               */
+    float * cand_logits;        /* out [rows * C]: processed logits l' of cand_ids              */
+    float * row_max;            /* out [rows]                                                   */
+    float * row_lse;            /* out [rows]                                                   */
+    int64_t rows_cap;           /* rows the outputs hold                                        */
+} lb_sampling;
+
 /* ABI version of the loaded library; the Python side refuses a mismatch. */
 LB_API int32_t lb_abi_version(void);
 
@@ -151,6 +179,30 @@ LB_API int32_t lb_commit(lb_engine * e, const int32_t * path, int32_t n_path);
  * Same result as lb_verify(n = 1) + lb_commit([0]).
  */
 LB_API int32_t lb_step(lb_engine * e, int32_t tok, int32_t * out_next);
+
+/*
+ * lb_prefill with the sampling tail on the last token's row (rows = 1); *out_next is still the
+ * plain argmax. Same caches and commit as lb_prefill.
+ */
+LB_API int32_t lb_prefill_sampled(lb_engine * e, const int32_t * toks, int32_t n, int32_t * out_next,
+                                  const lb_sampling * s);
+
+/*
+ * lb_verify with the sampling tail on every node's row (rows = n); out_argmax is still the plain
+ * argmax per node. lb_commit follows as after lb_verify.
+ */
+LB_API int32_t lb_verify_sampled(lb_engine * e, const int32_t * toks, const int32_t * parents, int32_t n,
+                                 int32_t * out_argmax, const lb_sampling * s);
+
+/* lb_step with the sampling tail on its one row (rows = 1); *out_next is still the plain argmax. */
+LB_API int32_t lb_step_sampled(lb_engine * e, int32_t tok, int32_t * out_next, const lb_sampling * s);
+
+/*
+ * Row `row` of the processed logits l' of the last lb_prefill_sampled / lb_verify_sampled /
+ * lb_step_sampled, into
+ * out[n_vocab]. Valid until the next call that runs a forward, commits or resets (LB_E_STATE after).
+ */
+LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t cap);
 
 /* Free the engine and everything it owns. NULL is a no-op. */
 LB_API void lb_free(lb_engine * e);

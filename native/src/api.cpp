@@ -117,6 +117,31 @@ LB_API int32_t lb_step(lb_engine * e, int32_t tok, int32_t * out_next) {
     return guarded([&] { e->step(tok, out_next); });
 }
 
+LB_API int32_t lb_prefill_sampled(lb_engine * e, const int32_t * toks, int32_t n, int32_t * out_next,
+                                  const lb_sampling * s) {
+    LB_NEED_ENGINE(e, "lb_prefill_sampled");
+    if (!s) return fail(LB_E_INVALID_ARG, "lb_prefill_sampled: sampling must not be NULL (use lb_prefill)");
+    return guarded([&] { e->prefill(toks, n, out_next, nullptr, 0, s); });
+}
+
+LB_API int32_t lb_verify_sampled(lb_engine * e, const int32_t * toks, const int32_t * parents, int32_t n,
+                                 int32_t * out_argmax, const lb_sampling * s) {
+    LB_NEED_ENGINE(e, "lb_verify_sampled");
+    if (!s) return fail(LB_E_INVALID_ARG, "lb_verify_sampled: sampling must not be NULL (use lb_verify)");
+    return guarded([&] { e->verify(toks, parents, n, out_argmax, nullptr, 0, s); });
+}
+
+LB_API int32_t lb_step_sampled(lb_engine * e, int32_t tok, int32_t * out_next, const lb_sampling * s) {
+    LB_NEED_ENGINE(e, "lb_step_sampled");
+    if (!s) return fail(LB_E_INVALID_ARG, "lb_step_sampled: sampling must not be NULL (use lb_step)");
+    return guarded([&] { e->step(tok, out_next, s); });
+}
+
+LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t cap) {
+    LB_NEED_ENGINE(e, "lb_processed_row");
+    return guarded([&] { e->processed_row(row, out, cap); });
+}
+
 LB_API void lb_free(lb_engine * e) { delete e; }
 
 }  // extern "C"

@@ -130,6 +130,7 @@ lb_model_info lb_engine::info() const {
 void lb_engine::reset() {
     n_past = 0;
     verify_pending_ = false;
+    sampled_rows_ = 0;
     lb::cache_clear_state(cache);
     if (on_reset) on_reset();
 }
@@ -183,6 +184,40 @@ lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::Forwar
     return *slot.graph;
 }
 
+// Computes a forward graph; with `sampling`, uploads the tail's inputs first and reads its
+// outputs after (rows = the graph's output rows), and keeps the graph for processed_row.
+void lb_engine::run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, int32_t rows, const char * what) {
+    if (sampling) sample_inputs_.upload(g.sample, *sampling, rows, model->hp.n_vocab);
+    else if (g.sample.inv_temp) {
+        // a tail this call does not read: neutral inputs keep its (unused) math finite
+        lb_sampling neutral{};
+        neutral.temperature = 1.0f;
+        neutral.repeat_penalty = 1.0f;
+        std::vector<int32_t> none(size_t(g.sample.pen_slots) * size_t(rows), -1);
+        neutral.pen_tokens = none.data();
+        neutral.pen_counts = none.data();
+        sample_inputs_.upload(g.sample, neutral, rows, model->hp.n_vocab);
+    }
+    compute(g.meta.gf, what);
+    if (!sampling) return;
+    lb::SampleInputs::download(g.sample, *sampling, rows);
+    sampled_graph_ = &g;
+    sampled_rows_ = rows;
+}
+
+void lb_engine::processed_row(int32_t row, float * out, int64_t cap) {
+    check(sampled_rows_ > 0 && sampled_graph_ != nullptr, LB_E_STATE,
+          "lb_processed_row: no sampled forward to read (it must follow lb_prefill_sampled or lb_verify_sampled "
+          "directly)");
+    check(row >= 0 && row < sampled_rows_, LB_E_INVALID_ARG,
+          "lb_processed_row: row " + std::to_string(row) + " is outside [0, " + std::to_string(sampled_rows_) + ")");
+    const int64_t n_vocab = model->hp.n_vocab;
+    check(out != nullptr && cap >= n_vocab, LB_E_INVALID_ARG,
+          "lb_processed_row: out must hold n_vocab = " + std::to_string(n_vocab) + " floats");
+    ggml_backend_tensor_get(sampled_graph_->sample.processed, out, size_t(row) * size_t(n_vocab) * sizeof(float),
+                            size_t(n_vocab) * sizeof(float));
+}
+
 void lb_engine::compute(ggml_cgraph * gf, const char * what) {
     const ggml_status st = ggml_backend_graph_compute(backend.backend, gf);
     check(st == GGML_STATUS_SUCCESS, LB_E_BACKEND,
@@ -219,19 +254,26 @@ void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int
     lb::set_graph_input(g.mask, mask_host_.data(), mask_host_.size() * sizeof(uint16_t));
 }
 
-void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap) {
+void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap,
+                        const lb_sampling * sampling) {
     check(toks != nullptr && out_next != nullptr, LB_E_INVALID_ARG, "lb_prefill: toks and out_next must not be NULL");
     check(n >= 1, LB_E_INVALID_ARG, "lb_prefill: n must be >= 1 (got " + std::to_string(n) + ")");
     check_batch(toks, n, logits, logits_cap, "lb_prefill", "new tokens");
     const int64_t n_vocab = model->hp.n_vocab;
+    if (sampling) sample_inputs_.check(*sampling, 1, model->hp.n_vocab);
     verify_pending_ = false;
+    sampled_rows_ = 0;
 
     for (int32_t off = 0; off < n; off += ubatch) {
         const int32_t nc = std::min(ubatch, n - off);
         lb::ForwardShape shape{nc, n_kv_for(nc), false, logits != nullptr, capture_gen_};
+        if (sampling) {  // every micro-batch carries the tail (one graph shape); the last one's is read
+            shape.n_cand = sampling->n_candidates;
+            shape.pen_slots = sampling->penalty_slots;
+        }
         lb::ForwardGraph & g = forward_graph(prefill_slot_, shape, "prefill");
         set_chain_inputs(g, toks + off, nc);
-        compute(g.meta.gf, "prefill");
+        run_sampled(g, off + nc == n ? sampling : nullptr, 1, "prefill");
         if (logits) {
             ggml_backend_tensor_get(g.logits, logits + int64_t(off) * n_vocab, 0, size_t(nc) * size_t(n_vocab) * sizeof(float));
         }
@@ -243,16 +285,22 @@ void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, flo
     }
 }
 
-void lb_engine::step(int32_t tok, int32_t * out_next) {
+void lb_engine::step(int32_t tok, int32_t * out_next, const lb_sampling * sampling) {
     check(out_next != nullptr, LB_E_INVALID_ARG, "lb_step: out_next must not be NULL");
     check_tokens(&tok, 1, "lb_step");
     check(n_past + 1 <= max_ctx, LB_E_CONTEXT,
           "lb_step: the context is full (max_ctx " + std::to_string(max_ctx) + "); reset or load with a larger max_ctx");
+    if (sampling) sample_inputs_.check(*sampling, 1, model->hp.n_vocab);
     verify_pending_ = false;
+    sampled_rows_ = 0;
     lb::ForwardShape shape{1, n_kv_for(1), false, false, capture_gen_};
+    if (sampling) {
+        shape.n_cand = sampling->n_candidates;
+        shape.pen_slots = sampling->penalty_slots;
+    }
     lb::ForwardGraph & g = forward_graph(step_slot_, shape, "step");
     set_chain_inputs(g, &tok, 1);
-    compute(g.meta.gf, "step");
+    run_sampled(g, sampling, 1, "step");
     ggml_backend_tensor_get(g.argmax, out_next, 0, sizeof(int32_t));
     n_past += 1;
     if (on_commit) on_commit(nullptr, 1);

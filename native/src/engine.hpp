@@ -75,10 +75,14 @@ struct lb_engine {
 
     void reset();
     // Feeds toks[0..n) after the prefix in micro-batches; *out_next = argmax after the last token.
-    void prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap);
-    void step(int32_t tok, int32_t * out_next);
+    // sampling (optional): run the sampling tail too (see lucebox.h lb_sampling)
+    void prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap,
+                 const lb_sampling * sampling = nullptr);
+    void step(int32_t tok, int32_t * out_next, const lb_sampling * sampling = nullptr);
     void verify(const int32_t * toks, const int32_t * parents, int32_t n, int32_t * out_argmax, float * logits,
-                int64_t logits_cap);
+                int64_t logits_cap, const lb_sampling * sampling = nullptr);
+    // Row `row` of the last sampled forward's processed logits (lb_processed_row).
+    void processed_row(int32_t row, float * out, int64_t cap);
     void commit(const int32_t * path, int32_t n_path);
     // Drafts the block after `last` (see lucebox.h lb_draft). LB_E_STATE without a draft.
     void draft_block(int32_t last, int32_t top_k, int32_t * ids, float * logp, int64_t cap);
@@ -108,6 +112,11 @@ private:
     bool verify_pending_ = false;
     std::vector<int32_t> verify_parents_;
 
+    // the last sampled forward, for processed_row (nullptr once anything else ran)
+    lb::ForwardGraph * sampled_graph_ = nullptr;
+    int32_t sampled_rows_ = 0;
+    lb::SampleInputs sample_inputs_;
+
     // host staging for graph inputs, reused by every call
     std::vector<int32_t> pos_host_;
     std::vector<int64_t> kv_idx_host_;
@@ -124,6 +133,7 @@ private:
                      const char * noun) const;
     void set_positions_and_slots(lb::ForwardGraph & g, int32_t n, const int32_t * depth);
     void set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n);
+    void run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, int32_t rows, const char * what);
     void compute(ggml_cgraph * gf, const char * what);
     void free_graphs();
     void load_draft(const std::string & dir);

@@ -161,6 +161,7 @@ void ForwardBuilder::build() {
     ggml_set_output(fg.logits);
     ggml_set_output(fg.argmax);
     ggml_build_forward_expand(gf, fg.argmax);
+    if (s.n_cand > 0) fg.sample = build_sample_tail(ctx, gf, fg.logits, s.n_cand, s.pen_slots);
 }
 
 }  // namespace

@@ -18,6 +18,7 @@
 #include "caches.hpp"
 #include "graph_common.hpp"
 #include "gguf_target.hpp"
+#include "sample_graph.hpp"
 
 namespace lb {
 
@@ -27,10 +28,12 @@ struct ForwardShape {
     bool tree = false;       // verify: tree ops for DeltaNet, recurrent state left as is, inputs kept
     bool all_rows = false;   // logits + argmax for every token (else for the last one only)
     uint32_t capture_gen = 0;  // capture configuration the graph was built for
+    int32_t n_cand = 0;      // sampling tail: candidates per output row (0: no tail)
+    int32_t pen_slots = 0;   // sampling tail: penalty slots per output row
 
     bool operator==(const ForwardShape & o) const {
         return n_tokens == o.n_tokens && n_kv == o.n_kv && tree == o.tree && all_rows == o.all_rows &&
-               capture_gen == o.capture_gen;
+               capture_gen == o.capture_gen && n_cand == o.n_cand && pen_slots == o.pen_slots;
     }
 };
 
@@ -47,6 +50,7 @@ struct ForwardGraph {
     ggml_tensor * logits = nullptr;   // f32 [n_vocab, n_out]
     ggml_tensor * argmax = nullptr;   // i32 [n_out]
     int32_t n_out = 0;
+    SampleTail sample;                // sampling tail over logits (shape.n_cand > 0), see sample_graph.hpp
 
     explicit ForwardGraph(size_t max_nodes) : meta(max_nodes) {}
 };

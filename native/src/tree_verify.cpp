@@ -12,7 +12,7 @@
 using lb::check;
 
 void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n, int32_t * out_argmax, float * logits,
-                       int64_t logits_cap) {
+                       int64_t logits_cap, const lb_sampling * sampling) {
     check(toks != nullptr && parents != nullptr && out_argmax != nullptr, LB_E_INVALID_ARG,
           "lb_verify: toks, parents and out_argmax must not be NULL");
     check(n >= 1 && n <= max_tree, LB_E_INVALID_ARG,
@@ -25,9 +25,15 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
     }
     check_batch(toks, n, logits, logits_cap, "lb_verify", "tree nodes");
     const int64_t n_vocab = model->hp.n_vocab;
+    if (sampling) sample_inputs_.check(*sampling, n, model->hp.n_vocab);
 
     verify_pending_ = false;  // until this verify has fully run
+    sampled_rows_ = 0;
     lb::ForwardShape shape{n, n_kv_for(n), true, true, capture_gen_};
+    if (sampling) {
+        shape.n_cand = sampling->n_candidates;
+        shape.pen_slots = sampling->penalty_slots;
+    }
     lb::ForwardGraph & g = forward_graph(verify_slot_, shape, "verify");
     const int32_t n_kv = shape.n_kv;
 
@@ -55,7 +61,7 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
         }
         lb::set_graph_input(g.mask, mask_host_.data(), mask_host_.size() * sizeof(uint16_t));
     }
-    compute(g.meta.gf, "verify");
+    run_sampled(g, sampling, n, "verify");
     ggml_backend_tensor_get(g.argmax, out_argmax, 0, size_t(n) * sizeof(int32_t));
     if (logits) ggml_backend_tensor_get(g.logits, logits, 0, size_t(n) * size_t(n_vocab) * sizeof(float));
     verify_parents_.assign(parents, parents + n);
@@ -101,6 +107,7 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
         lb::set_graph_input(g.kv_dst, kv_idx_host_.data(), size_t(n_path) * sizeof(int64_t));
     }
     if (ggml_graph_n_nodes(g.meta.gf) > 0) compute(g.meta.gf, "commit");
+    sampled_rows_ = 0;
     n_past += n_path;
     verify_pending_ = false;
     if (on_commit) on_commit(path, n_path);

@@ -21,6 +21,7 @@
 #include "gguf_file.cpp"
 #include "gguf_target.cpp"
 #include "graph_common.cpp"
+#include "sample_graph.cpp"
 #include "target_graph.cpp"
 #include "tree_verify.cpp"
 // the engine links the draft module in

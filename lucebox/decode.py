@@ -1,0 +1,117 @@
+"""One decode step: draft -> tree -> verify -> accept -> commit (DESIGN.md, "What one decode step does").
+
+`Step.run` advances the caches by one step and says what it committed. Greedy (`sampler` None)
+accepts along the target's argmax per node; sampling accepts by sample-and-match: at each node on
+the path the target's token is drawn from its processed distribution (lucebox/sampling.py), the walk
+moves to the child carrying it, else that token is the bonus. AR is the same step with a one-node
+tree (lb_step, with the sampling tail when sampling) and no draft.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import ddtree
+
+
+@dataclass
+class StepResult:
+    committed: list[int]   # tokens now in the caches, the old root first
+    bonus: int             # the target's token after them: the next root (not in the caches)
+    argmax_after: int      # the raw greedy argmax after the committed tokens
+    draft_s: float = 0.0
+    verify_s: float = 0.0
+    commit_s: float = 0.0
+    host_s: float = 0.0
+
+
+
+class Step:
+    """The decode step of one request: its mode, drafter, options and sampler, on buffers made once."""
+
+    def __init__(self, handle, info: dict, mode: str, drafter, gen, sampler=None):
+        self.h = handle
+        self.max_ctx = info["max_ctx"]
+        self.max_tree = info["max_tree"]
+        self.mode = mode
+        self.drafter = drafter
+        self.gen = gen
+        self.sampler = sampler
+        self._argmax = np.empty(self.max_tree, np.int32)
+
+    def run(self, last: int, history: list[int], remaining: int, stop_ids) -> StepResult | None:
+        """One step after the committed `history` with root `last`; commits at most `remaining`
+        tokens after the root and never past a stop token. None when the context is full."""
+        n_past = len(history)
+        room = self.max_ctx - n_past  # nodes this verify may write, root included
+        if room < 1:
+            return None
+        t0 = time.perf_counter()
+        if self.mode == "ar" or room < 2:
+            return self._ar(last, history)
+        ids, logp = self.drafter.propose(last, n_past, self.gen.draft_top_k)
+        t1 = time.perf_counter()
+        budget = min(self.gen.budget, room - 1, self.max_tree - 1)
+        if self.mode == "chain":
+            tree = ddtree.chain_tree(ids, last, budget)
+        else:
+            tree = ddtree.build_tree(ids, logp, last, budget, chain_seed=self.gen.chain_seed)
+        n = len(tree.tokens)
+        argmax = self._argmax[:n]
+        if self.sampler is not None:
+            self._set_windows(tree, history)
+        t2 = time.perf_counter()
+        if self.sampler is None:
+            self.h.verify(tree.tokens, tree.parents, argmax)
+            t3 = time.perf_counter()
+            path, bonus = ddtree.walk(tree, argmax)
+        else:
+            self.h.verify_sampled(tree.tokens, tree.parents, argmax, self.sampler.io)
+            t3 = time.perf_counter()
+            depth = tree.depth.tolist()
+            pick, fetch = self.sampler.pick, self.h.processed_row
+            path, bonus = ddtree.walk(tree, lambda node: pick(node, n_past + depth[node] + 1, fetch))
+        path = path.tolist()
+        # never commit more than the request still needs, nor past a stop token
+        emits = [int(t) for t in tree.tokens[path[1:]]] + [int(bonus)]
+        for i, t in enumerate(emits):
+            if t in stop_ids:
+                remaining = min(remaining, i + 1)
+                break
+        if len(path) > remaining:
+            path, bonus = path[:remaining], emits[remaining - 1]
+        t4 = time.perf_counter()
+        self.h.commit(np.asarray(path, np.int32))
+        t5 = time.perf_counter()
+        return StepResult([int(t) for t in tree.tokens[path]], int(bonus), int(argmax[path[-1]]),
+                          draft_s=t1 - t0, verify_s=t3 - t2, commit_s=t5 - t4, host_s=(t2 - t1) + (t4 - t3))
+
+    def _ar(self, last: int, history: list[int]) -> StepResult:
+        """AR: feed `last`, commit it, and take the target's token after it (argmax or drawn)."""
+        t0 = time.perf_counter()
+        if self.sampler is None:
+            nxt = self.h.step(last)
+            return StepResult([last], nxt, nxt, verify_s=time.perf_counter() - t0)
+        s = self.sampler
+        s.set_window(0, history[-s.penalty_last_n:] + [last])
+        t1 = time.perf_counter()
+        argmax = self.h.step_sampled(last, s.io)
+        t2 = time.perf_counter()
+        nxt = s.pick(0, len(history) + 1, self.h.processed_row)
+        return StepResult([last], nxt, argmax, verify_s=t2 - t1, host_s=(t1 - t0) + time.perf_counter() - t2)
+
+    def _set_windows(self, tree: ddtree.Tree, history: list[int]) -> None:
+        """Each node's penalty window: the committed tokens, then the node's own ancestors and itself
+        (not its flat predecessors in the tree)."""
+        s = self.sampler
+        if not s.slots:
+            return
+        w = s.penalty_last_n
+        base = history[-w:]
+        paths: list[list[int]] = []
+        for i, (tok, par) in enumerate(zip(tree.tokens.tolist(), tree.parents.tolist())):
+            p = (paths[par] if par >= 0 else base) + [tok]
+            paths.append(p[-w:])
+            s.set_window(i, paths[i])

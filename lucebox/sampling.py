@@ -1,0 +1,194 @@
+"""Exact sampling of the target's next token from what the device's sampling tail returns.
+
+Processing order (one definition for AR, chain and DDTree, see native/src/sample_graph.hpp):
+penalties over the token's penalty window -> temperature -> top-k -> top-p -> min-p -> draw.
+The device returns, per row, the C best tokens of the penalised logits l', max l' and the
+log-normaliser lse = log sum_v exp((l'_v - max) / T) over the whole vocabulary, so the host has the
+exact probabilities p = exp((l' - max) / T - lse) of the candidates. Candidates are ordered by l'
+(best first), ties by token id. Only candidates strictly better than the C-th are trusted (a tie at
+the boundary may hide a token); when top-k, the nucleus, min-p or the draw reach past them, the
+whole processed row is fetched (one row, rare) and the draw finishes on it (draw_from_row). Any
+fixed order of the tokens gives an exact draw; the order here is a function of the row alone.
+
+The draw for the token at absolute position q uses the uniform `uniform(seed, q)`: a counter-based
+hash of (seed, q) alone, so AR, chain and DDTree at any budget emit the same tokens for one seed
+(they all see bit-identical logits per position), and the output distribution is the target's.
+"""
+from __future__ import annotations
+
+import secrets
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+import numpy as np
+
+_MASK64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def _mix64(z: int) -> int:
+    """SplitMix64's finaliser: a bijection of 64-bit ints with good avalanche."""
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _MASK64
+    return z ^ (z >> 31)
+
+
+def uniform(seed: int, position: int) -> float:
+    """A uniform in [0, 1) from (seed, position) alone (53 random bits)."""
+    key = _mix64((int(seed) & _MASK64) ^ 0x5851F42D4C957F2D)
+    z = _mix64((key + (int(position) + 1) * _GOLDEN) & _MASK64)
+    return (z >> 11) * (1.0 / (1 << 53))
+
+
+def fresh_seed() -> int:
+    return secrets.randbits(63)
+
+
+@dataclass(frozen=True)
+class Processing:
+    """What happens to a row of logits before the draw (GenerationConfig's sampling fields)."""
+
+    temperature: float = 0.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repeat_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+
+    @property
+    def has_penalties(self) -> bool:
+        return self.repeat_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
+
+    @property
+    def is_plain_greedy(self) -> bool:
+        """Greedy on the raw logits: the device's argmax is the answer (the pre-sampling path)."""
+        return self.temperature == 0.0 and not self.has_penalties
+
+
+def draw(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processing, u: float,
+         complete: bool) -> int | None:
+    """The token drawn with uniform `u` from candidates ordered best first (vals = processed logits).
+
+    lse: log-normaliser of exp((l' - max) / T) over the vocabulary, or None to compute it from vals
+    (then complete). complete: ids/vals hold the whole vocabulary. Returns None when the answer
+    needs candidates past the trusted ones: fetch the whole row and call again with complete=True.
+    """
+    n = len(ids)
+    trusted = n if complete else int(np.count_nonzero(vals > vals[-1]))
+    if p.temperature == 0.0:  # greedy on the processed logits: the best, lowest id among equals
+        return int(ids[0]) if trusted > 0 else None
+    x = (vals.astype(np.float64) - float(vals[0])) / p.temperature  # log p_j - log p_0
+    if lse is None:
+        lse = float(np.log(np.sum(np.exp(x))))
+    limit = None  # length of the kept prefix; None = not bounded yet (the whole vocabulary)
+    if p.top_k > 0:
+        if p.top_k > trusted and not complete:
+            return None
+        limit = min(p.top_k, n)
+    probs = np.exp(x[:limit if limit is not None else trusted] - lse)
+    if limit is not None:
+        probs = probs / probs.sum()  # top-p and the draw see the top-k renormalised
+    if p.top_p < 1.0:
+        reach = int(np.searchsorted(np.cumsum(probs), p.top_p)) + 1  # smallest prefix with mass >= top_p
+        if reach > len(probs):
+            if limit is None and not complete:
+                return None
+            reach = len(probs)
+        limit = reach
+    if p.min_p > 0.0:
+        passing = int(np.count_nonzero(x[:len(probs)] >= np.log(p.min_p)))  # p_j >= min_p * p_max
+        if limit is None and passing == len(probs) and not complete:
+            return None  # the next token might pass too
+        limit = passing if limit is None else min(limit, passing)
+    if limit is None and not complete:
+        # no filter: the draw runs over the whole vocabulary, candidates first
+        i = int(np.searchsorted(np.cumsum(probs), u, side="right"))
+        return int(ids[i]) if i < len(probs) else None
+    w = probs[:limit] if limit is not None else probs
+    cum = np.cumsum(w)
+    i = int(np.searchsorted(cum, u * cum[-1], side="right"))
+    return int(ids[min(i, len(w) - 1)])
+
+
+def sort_candidates(ids: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Best first by value, ties by token id."""
+    order = np.lexsort((ids, -vals))
+    return ids[order], vals[order]
+
+
+class Sampler:
+    """One request's sampler: processing, seed, and the device buffers of its sampled calls."""
+
+    def __init__(self, processing: Processing, seed: int, *, n_candidates: int, penalty_last_n: int,
+                 max_rows: int, n_vocab: int):
+        from ._native import SampleBuffers
+
+        self.p = processing
+        self.seed = int(seed)
+        self.penalty_last_n = penalty_last_n
+        self.slots = min(penalty_last_n, n_vocab) if processing.has_penalties else 0
+        self.n_vocab = n_vocab
+        self.io = SampleBuffers(max_rows, temperature=processing.temperature or 1.0,
+                                repeat_penalty=processing.repeat_penalty,
+                                presence_penalty=processing.presence_penalty,
+                                frequency_penalty=processing.frequency_penalty,
+                                n_candidates=min(n_vocab, max(n_candidates, processing.top_k)),
+                                penalty_slots=self.slots)
+        self._row = np.empty(n_vocab, np.float32)
+
+    @classmethod
+    def for_request(cls, gen, info: dict) -> "Sampler | None":
+        """None for plain greedy decoding (the device's argmax), else a Sampler for GenerationConfig
+        `gen` on an engine described by `info` (a fresh random seed when gen.seed is None)."""
+        from .config import PENALTY_LAST_N, SAMPLING_CANDIDATES
+
+        processing = gen.processing()
+        if processing.is_plain_greedy:
+            return None
+        seed = gen.seed if gen.seed is not None else fresh_seed()
+        return cls(processing, seed, n_candidates=SAMPLING_CANDIDATES, penalty_last_n=PENALTY_LAST_N,
+                   max_rows=info["max_tree"], n_vocab=info["n_vocab"])
+
+    def set_window(self, row: int, window: Sequence[int]) -> None:
+        """Row `row`'s penalty window: the last penalty_last_n tokens before the sampled position."""
+        if not self.slots:
+            return
+        counts = Counter(window[-self.penalty_last_n:])
+        toks, cnts = self.io.pen_tokens[row], self.io.pen_counts[row]
+        toks.fill(-1)
+        m = len(counts)
+        toks[:m] = list(counts.keys())
+        cnts[:m] = list(counts.values())
+
+    def pick(self, row: int, position: int, fetch_row: Callable[[int, np.ndarray], np.ndarray]) -> int:
+        """The token at absolute `position` from output row `row` of the last sampled call."""
+        u = uniform(self.seed, position)
+        io = self.io
+        ids, vals = sort_candidates(io.cand_ids[row], io.cand_logits[row])
+        tok = draw(ids, vals, float(io.row_lse[row]), self.p, u, complete=False)
+        if tok is None:
+            tok = draw_from_row(fetch_row(row, self._row), ids, vals, self.p, u)
+        return tok
+
+
+def draw_from_row(row: np.ndarray, ids: np.ndarray, vals: np.ndarray, p: Processing, u: float) -> int:
+    """The draw of `draw` when the candidates (ids, vals: sorted) did not suffice, on the whole
+    processed row. With no filter the order is the trusted candidates, then every other token by
+    id (no sort of the vocabulary); with filters, the whole row sorted best first."""
+    if p.top_k == 0 and p.top_p >= 1.0 and p.min_p == 0.0 and p.temperature > 0.0:
+        w = np.exp((row.astype(np.float64) - float(row.max())) / p.temperature)
+        target = u * w.sum()
+        first = ids[:int(np.count_nonzero(vals > vals[-1]))]
+        cum = np.cumsum(w[first])
+        i = int(np.searchsorted(cum, target, side="right"))
+        if i < len(first):
+            return int(first[i])
+        rest = np.ones(row.size, bool)
+        rest[first] = False
+        rest = np.flatnonzero(rest)
+        j = int(np.searchsorted(np.cumsum(w[rest]), target - (cum[-1] if len(cum) else 0.0), side="right"))
+        return int(rest[min(j, len(rest) - 1)])
+    order = np.argsort(-row, kind="stable")  # best first, ties by id
+    return draw(order, row[order], None, p, u, complete=True)

@@ -1,0 +1,173 @@
+// sample_graph.cpp: see sample_graph.hpp.
+#include "sample_graph.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+
+#include "engine.hpp"
+#include "error.hpp"
+
+namespace lb {
+
+namespace {
+
+constexpr int32_t kMaxPenaltySlots = 1024;
+
+void check_arg(bool ok, const std::string & message) { check(ok, LB_E_INVALID_ARG, message); }
+
+ggml_tensor * input(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t ne1, const char * name) {
+    ggml_tensor * t = ne1 > 0 ? ggml_new_tensor_2d(ctx, type, ne0, ne1) : ggml_new_tensor_1d(ctx, type, ne0);
+    ggml_set_name(t, name);
+    ggml_set_input(t);
+    return t;
+}
+
+void output(ggml_cgraph * gf, ggml_tensor * t, const char * name) {
+    ggml_set_name(t, name);
+    ggml_set_output(t);
+    ggml_build_forward_expand(gf, t);
+}
+
+}  // namespace
+
+SampleTail build_sample_tail(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * logits, int32_t n_cand,
+                             int32_t pen_slots) {
+    const int64_t V = logits->ne[0], rows = logits->ne[1];
+    SampleTail t;
+    t.n_cand = n_cand;
+    t.pen_slots = pen_slots;
+    t.inv_temp = input(ctx, GGML_TYPE_F32, 1, 0, "inp_inv_temp");
+
+    ggml_tensor * processed = logits;
+    if (pen_slots > 0) {
+        const int64_t E = int64_t(pen_slots) * rows;
+        t.pen_get = input(ctx, GGML_TYPE_I32, E, 0, "inp_pen_get");
+        t.pen_set = input(ctx, GGML_TYPE_I64, E, 0, "inp_pen_set");
+        t.pen_pos = input(ctx, GGML_TYPE_F32, 1, E, "inp_pen_pos");
+        t.pen_neg = input(ctx, GGML_TYPE_F32, 1, E, "inp_pen_neg");
+        t.pen_sub = input(ctx, GGML_TYPE_F32, 1, E, "inp_pen_sub");
+        ggml_tensor * flat = ggml_reshape_2d(ctx, logits, 1, V * rows);  // one logit per "row"
+        ggml_tensor * g = ggml_get_rows(ctx, flat, t.pen_get);            // [1, E]
+        // select, not blend: step() is exactly 0 or 1, so each entry is one product, exactly
+        ggml_tensor * above = ggml_mul(ctx, ggml_step(ctx, g), ggml_mul(ctx, g, t.pen_pos));
+        ggml_tensor * below = ggml_mul(ctx, ggml_step(ctx, ggml_neg(ctx, g)), ggml_mul(ctx, g, t.pen_neg));
+        ggml_tensor * p = ggml_sub(ctx, ggml_add(ctx, above, below), t.pen_sub);
+        // a copy: the raw logits (and their argmax) stay as they were
+        ggml_tensor * scattered = ggml_set_rows(ctx, ggml_dup(ctx, flat), p, t.pen_set);
+        processed = ggml_reshape_2d(ctx, scattered, V, rows);
+    }
+    t.processed = processed;
+
+    t.cand_ids = ggml_top_k(ctx, processed, n_cand);  // [C, rows]
+    t.cand_vals = ggml_reshape_2d(ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, processed, 1, V, rows), t.cand_ids),
+                                  n_cand, rows);
+    ggml_tensor * best = ggml_reshape_2d(ctx, ggml_argmax(ctx, t.cand_vals), 1, rows);
+    t.row_max = ggml_reshape_2d(ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, t.cand_vals, 1, n_cand, rows), best), 1, rows);
+    ggml_tensor * scaled = ggml_mul(ctx, ggml_sub(ctx, processed, t.row_max), t.inv_temp);
+    t.row_lse = ggml_log(ctx, ggml_sum_rows(ctx, ggml_exp(ctx, scaled)));  // [1, rows]
+
+    if (processed != logits) output(gf, processed, "out_processed");
+    output(gf, t.cand_ids, "out_cand_ids");
+    output(gf, t.cand_vals, "out_cand_vals");
+    output(gf, t.row_max, "out_row_max");
+    output(gf, t.row_lse, "out_row_lse");
+    return t;
+}
+
+void SampleInputs::check(const lb_sampling & s, int32_t rows, int32_t n_vocab) const {
+    const auto finite = [](float x) { return std::isfinite(x); };
+    check_arg(finite(s.temperature) && s.temperature > 0.0f,
+              "lb_sampling.temperature must be finite and > 0 (greedy decoding uses the plain calls)");
+    check_arg(finite(s.repeat_penalty) && s.repeat_penalty > 0.0f, "lb_sampling.repeat_penalty must be finite and > 0");
+    check_arg(finite(s.presence_penalty) && finite(s.frequency_penalty),
+              "lb_sampling.presence_penalty and frequency_penalty must be finite");
+    check_arg(s.n_candidates >= 1 && s.n_candidates <= n_vocab,
+              "lb_sampling.n_candidates = " + std::to_string(s.n_candidates) + " must be in [1, n_vocab = " +
+                  std::to_string(n_vocab) + "]");
+    check_arg(s.penalty_slots >= 0 && s.penalty_slots <= std::min(kMaxPenaltySlots, n_vocab),
+              "lb_sampling.penalty_slots = " + std::to_string(s.penalty_slots) + " must be in [0, " +
+                  std::to_string(std::min(kMaxPenaltySlots, n_vocab)) + "]");
+    check_arg(s.cand_ids && s.cand_logits && s.row_max && s.row_lse,
+              "lb_sampling: cand_ids, cand_logits, row_max and row_lse must not be NULL");
+    check_arg(s.rows_cap >= rows, "lb_sampling.rows_cap = " + std::to_string(s.rows_cap) + " but this call returns " +
+                                      std::to_string(rows) + " rows");
+    if (s.penalty_slots == 0) return;
+    check_arg(s.pen_tokens && s.pen_counts, "lb_sampling: pen_tokens and pen_counts must not be NULL when penalty_slots > 0");
+    for (int64_t i = 0; i < int64_t(rows) * s.penalty_slots; ++i) {
+        const int32_t tok = s.pen_tokens[i];
+        if (tok < -1 || tok >= n_vocab) {
+            throw Error(LB_E_INVALID_ARG, "lb_sampling.pen_tokens[" + std::to_string(i) + "] = " + std::to_string(tok) +
+                                              " is outside [-1, n_vocab)");
+        }
+        if (tok >= 0 && s.pen_counts[i] < 1) {
+            throw Error(LB_E_INVALID_ARG, "lb_sampling.pen_counts[" + std::to_string(i) + "] must be >= 1 for a named token");
+        }
+    }
+}
+
+void SampleInputs::upload(const SampleTail & t, const lb_sampling & s, int32_t rows, int32_t n_vocab) {
+    const float inv_temp = 1.0f / s.temperature;
+    set_graph_input(t.inv_temp, &inv_temp, sizeof(float));
+    const int32_t W = t.pen_slots;
+    if (W == 0) return;
+    const size_t E = size_t(W) * size_t(rows);
+    get_.resize(E);
+    set_.resize(E);
+    pos_.resize(E);
+    neg_.resize(E);
+    sub_.resize(E);
+    const float pos = 1.0f / s.repeat_penalty, neg = s.repeat_penalty;
+    for (int32_t r = 0; r < rows; ++r) {
+        const int32_t * toks = s.pen_tokens + size_t(r) * W;
+        const int32_t * counts = s.pen_counts + size_t(r) * W;
+        used_.clear();
+        for (int32_t j = 0; j < W; ++j) {
+            if (toks[j] >= 0) used_.push_back(toks[j]);
+        }
+        std::sort(used_.begin(), used_.end());
+        if (std::adjacent_find(used_.begin(), used_.end()) != used_.end()) {
+            throw Error(LB_E_INVALID_ARG, "lb_sampling.pen_tokens: row " + std::to_string(r) +
+                                              " names a token twice; give each token once with its count");
+        }
+        // empty slots take distinct tokens the row does not name, with neutral factors
+        int32_t next_free = 0;
+        auto u = used_.begin();
+        for (int32_t j = 0; j < W; ++j) {
+            const size_t e = size_t(r) * W + size_t(j);
+            int32_t tok = toks[j];
+            if (tok >= 0) {
+                pos_[e] = pos;
+                neg_[e] = neg;
+                sub_[e] = float(double(counts[j]) * double(s.frequency_penalty) + double(s.presence_penalty));
+            } else {
+                while (u != used_.end() && *u < next_free) ++u;
+                while (u != used_.end() && *u == next_free) {
+                    ++next_free;
+                    ++u;
+                }
+                tok = next_free++;
+                pos_[e] = 1.0f;
+                neg_[e] = 1.0f;
+                sub_[e] = 0.0f;
+            }
+            get_[e] = int32_t(int64_t(r) * n_vocab + tok);
+            set_[e] = int64_t(r) * n_vocab + tok;
+        }
+    }
+    set_graph_input(t.pen_get, get_.data(), E * sizeof(int32_t));
+    set_graph_input(t.pen_set, set_.data(), E * sizeof(int64_t));
+    set_graph_input(t.pen_pos, pos_.data(), E * sizeof(float));
+    set_graph_input(t.pen_neg, neg_.data(), E * sizeof(float));
+    set_graph_input(t.pen_sub, sub_.data(), E * sizeof(float));
+}
+
+void SampleInputs::download(const SampleTail & t, const lb_sampling & s, int32_t rows) {
+    const size_t rc = size_t(rows) * size_t(t.n_cand);
+    ggml_backend_tensor_get(t.cand_ids, s.cand_ids, 0, rc * sizeof(int32_t));
+    ggml_backend_tensor_get(t.cand_vals, s.cand_logits, 0, rc * sizeof(float));
+    ggml_backend_tensor_get(t.row_max, s.row_max, 0, size_t(rows) * sizeof(float));
+    ggml_backend_tensor_get(t.row_lse, s.row_lse, 0, size_t(rows) * sizeof(float));
+}
+
+}  // namespace lb

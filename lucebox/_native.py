@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-ABI_VERSION = 1  # must equal LB_ABI_VERSION in lucebox.h
+ABI_VERSION = 2  # must equal LB_ABI_VERSION in lucebox.h
 
 LIB_ENV = "LUCEBOX_LIB"
 LIB_NAME = "liblucebox.so"
@@ -107,6 +107,12 @@ _PROTOTYPES = [
     ("lb_commit", ctypes.c_int32, [_engine_p, _i32p, ctypes.c_int32]),
     # int32_t lb_step(lb_engine *, int32_t tok, int32_t * out_next);
     ("lb_step", ctypes.c_int32, [_engine_p, ctypes.c_int32, _i32p]),
+    # int32_t lb_state_size(const lb_engine * e, int64_t * out_bytes);
+    ("lb_state_size", ctypes.c_int32, [_engine_p, ctypes.POINTER(ctypes.c_int64)]),
+    # int32_t lb_state_save(lb_engine * e, void * buf, int64_t cap, int64_t * out_written);
+    ("lb_state_save", ctypes.c_int32, [_engine_p, ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
+    # int32_t lb_state_load(lb_engine * e, const void * buf, int64_t n);
+    ("lb_state_load", ctypes.c_int32, [_engine_p, ctypes.c_void_p, ctypes.c_int64]),
     # void lb_free(lb_engine * e);
     ("lb_free", None, [_engine_p]),
 ]
@@ -267,3 +273,16 @@ class Handle:
     def commit(self, path) -> None:
         arr = _as_i32(path)
         _check(lib().lb_commit(self._p(), _i32(arr), arr.size))
+
+    def state_save(self) -> np.ndarray:
+        """The committed state as an opaque uint8 array (lb_state_save)."""
+        size = ctypes.c_int64()
+        _check(lib().lb_state_size(self._p(), ctypes.byref(size)))
+        buf = np.empty(size.value, np.uint8)
+        written = ctypes.c_int64()
+        _check(lib().lb_state_save(self._p(), buf.ctypes.data_as(ctypes.c_void_p), buf.size, ctypes.byref(written)))
+        return buf[: written.value]
+
+    def state_load(self, blob: np.ndarray) -> None:
+        arr = np.ascontiguousarray(blob, dtype=np.uint8)
+        _check(lib().lb_state_load(self._p(), arr.ctypes.data_as(ctypes.c_void_p), arr.size))

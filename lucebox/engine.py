@@ -28,6 +28,19 @@ class Generation:
     stats: GenerationStats
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The committed state at one moment (Engine.snapshot): the cached `tokens`, the `pending`
+    next token, and the native caches as an opaque host-memory blob."""
+    tokens: tuple[int, ...]
+    pending: int
+    data: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+
 class Engine:
     """`with Engine("target.gguf", draft="draft_dir") as e: print(e.generate("Hi").text)`."""
 
@@ -113,6 +126,27 @@ class Engine:
         stats.prefill_s = time.perf_counter() - t0
         stats.prompt_tokens = len(new)
         return self._pending
+
+    def prefill(self, prompt) -> int:
+        """Bring the caches to `prompt` (reusing the cached prefix); returns the next token.
+        A generate() on the same prompt afterwards prefills nothing."""
+        return self._prefill(self.encode_prompt(prompt), GenerationStats(mode="ar"))
+
+    @property
+    def cached_tokens(self) -> tuple[int, ...]:
+        """The tokens the caches hold now."""
+        return tuple(self._cache_tokens)
+
+    def snapshot(self) -> Snapshot:
+        """Copy the committed state to host memory (restore() brings it back, bit for bit)."""
+        if not self._cache_tokens:
+            raise ValueError("nothing is cached: prefill a prompt before taking a snapshot")
+        return Snapshot(tuple(self._cache_tokens), int(self._pending), self._h().state_save())
+
+    def restore(self, snap: Snapshot) -> None:
+        """Make the caches what they were at snapshot(); the next generate() continues from there."""
+        self._h().state_load(snap.data)
+        self._cache_tokens, self._pending = list(snap.tokens), snap.pending
 
     def next_logits(self, prompt) -> np.ndarray:
         """The target's logits ([n_vocab] float32) for the token after `prompt`; afterwards the

@@ -58,9 +58,11 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
     names = {config.model_name} | ({Path(engine.config.target).stem} if hasattr(engine, "config") else set())
 
     # --- errors ---------------------------------------------------------------------------
-    def error_response(request: Request, status: int, message: str, kind: str, param: str | None = None):
+    def error_response(request: Request, status: int, message: str, kind: str, param: str | None = None,
+                       logged: bool = False):
         message = " ".join(message.split())
-        log.info("%s %s %d error: %s", request.method, request.url.path, status, message)
+        if not logged:  # the worker logged the failures it saw
+            log.info("%s %s %d error: %s", request.method, request.url.path, status, message)
         if request.url.path.startswith("/v1/messages"):
             akind = {401: "authentication_error", 404: "not_found_error", 503: "overloaded_error",
                      500: "api_error"}.get(status, "invalid_request_error")
@@ -69,11 +71,11 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
 
     @app.exception_handler(ApiError)
     async def _api_error(request, e: ApiError):
-        return error_response(request, e.status, str(e), e.kind, e.param)
+        return error_response(request, e.status, str(e), e.kind, e.param, getattr(e, "logged", False))
 
     @app.exception_handler(BadRequest)
     async def _bad_request(request, e: BadRequest):
-        return error_response(request, 400, str(e), "invalid_request_error", e.param)
+        return error_response(request, 400, str(e), "invalid_request_error", e.param, getattr(e, "logged", False))
 
     @app.exception_handler(QueueFull)
     async def _queue_full(request, e: QueueFull):
@@ -116,8 +118,9 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             raise ApiError(404, f"model {model!r} is not served here; this server serves {config.model_name!r}",
                            "not_found_error", "model")
 
-    async def submit(prompt_ids: list[int], options: dict) -> Job:
-        job = Job(ids=prompt_ids, options=options, loop=asyncio.get_running_loop())
+    async def submit(request: Request, prompt_ids: list[int], options: dict) -> Job:
+        job = Job(ids=prompt_ids, options=options, loop=asyncio.get_running_loop(),
+                  label=f"{request.method} {request.url.path}")
         state["worker"].submit(job)
         return job
 
@@ -156,15 +159,10 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
     def raise_engine_error(e: BaseException):
         if isinstance(e, asyncio.CancelledError):
             raise e
-        if isinstance(e, (ValueError, BadRequest)):
-            raise BadRequest(str(e))
-        raise ApiError(500, f"the engine failed: {e}", "server_error")
-
-    def log_done(request: Request, r: Result) -> None:
-        s = r.stats
-        log.info("%s %s 200 prompt=%d cached=%d generated=%d AL=%.2f tok/s=%.1f finish=%s queued=%.2fs",
-                 request.method, request.url.path, r.prompt_tokens, r.cached_tokens, len(r.tokens), s.al_mean,
-                 s.decode_tok_s, r.finish_reason, r.queued_s)
+        error = (BadRequest(str(e)) if isinstance(e, ValueError)
+                 else ApiError(500, f"the engine failed: {e}", "server_error"))
+        error.logged = True
+        raise error
 
     def stop_sequence(r: Result, stops: list[str]) -> str | None:
         if r.finish_reason != "stop":
@@ -208,12 +206,11 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         prompt = await chat_prompt(req)
         options = req.options(max_new_tokens(req.token_limit, len(prompt.ids), max_ctx))
         parser = ReplyParser(thinking=prompt.thinking, tools=prompt.tools)
-        job = await submit(prompt.ids, options)
+        job = await submit(request, prompt.ids, options)
         model = req.model or config.model_name
         if not req.stream:
             text, r = await collect(job, request)
             events = parser.feed(text) + parser.finish()
-            log_done(request, r)
             finish = O.finish_reason(r.finish_reason, bool(parser.calls))
             return O.chat_completion(model, merge_events(events), finish,
                                      O.usage(r.prompt_tokens, len(r.tokens), r.cached_tokens))
@@ -230,14 +227,12 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
                 elif kind == "done":
                     for e in parser.finish():
                         yield _data(chunks.for_event(e))
-                    log_done(request, value)
                     yield _data(chunks.chunk({}, O.finish_reason(value.finish_reason, bool(parser.calls))))
                     if req.include_usage:
                         u = O.usage(value.prompt_tokens, len(value.tokens), value.cached_tokens)
                         yield _data(chunks.chunk({}, usage_=u, choices=False))
                 else:
                     status, message = stream_error(value)
-                    log.info("POST %s %d error: %s", request.url.path, status, message)
                     yield _data(O.error_body(message, "server_error" if status == 500 else "invalid_request_error"))
             yield "data: [DONE]\n\n"
 
@@ -257,11 +252,10 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             raise BadRequest("the prompt is empty", "prompt")
         check_fits(len(ids), max_ctx)
         options = req.options(max_new_tokens(req.max_tokens, len(ids), max_ctx))
-        job = await submit(ids, options)
+        job = await submit(request, ids, options)
         model = req.model or config.model_name
         if not req.stream:
             text, r = await collect(job, request)
-            log_done(request, r)
             return O.completion(model, text, O.finish_reason(r.finish_reason, False),
                                 O.usage(r.prompt_tokens, len(r.tokens), r.cached_tokens))
 
@@ -273,7 +267,6 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
                 if kind == "text":
                     yield _data(O.completion(model, value, None, None, cid))
                 elif kind == "done":
-                    log_done(request, value)
                     yield _data(O.completion(model, "", O.finish_reason(value.finish_reason, False), None, cid))
                     if req.include_usage:
                         u = O.usage(value.prompt_tokens, len(value.tokens), value.cached_tokens)
@@ -300,12 +293,11 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         stops = req.stops()
         options = req.options(max_new_tokens(req.max_tokens, len(prompt.ids), max_ctx))
         parser = ReplyParser(thinking=prompt.thinking, tools=prompt.tools)
-        job = await submit(prompt.ids, options)
+        job = await submit(request, prompt.ids, options)
         model = req.model or config.model_name
         if not req.stream:
             text, r = await collect(job, request)
             events = merge_events(parser.feed(text) + parser.finish())
-            log_done(request, r)
             return A.message(model, events, A.stop_reason(r.finish_reason, bool(parser.calls)),
                              stop_sequence(r, stops), A.usage(r.prompt_tokens, len(r.tokens), r.cached_tokens))
 
@@ -323,14 +315,12 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
                     for e in parser.finish():
                         for name, obj in ev.for_event(e):
                             yield _event(name, obj)
-                    log_done(request, value)
                     u = A.usage(value.prompt_tokens, len(value.tokens), value.cached_tokens)
                     for name, obj in ev.finish(A.stop_reason(value.finish_reason, bool(parser.calls)),
                                                stop_sequence(value, stops), u):
                         yield _event(name, obj)
                 else:
                     status, message = stream_error(value)
-                    log.info("POST %s %d error: %s", request.url.path, status, message)
                     yield _event("error", A.error_body(message, "api_error" if status == 500
                                                        else "invalid_request_error"))
 

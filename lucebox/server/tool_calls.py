@@ -118,24 +118,21 @@ class ReplyParser:
         self.parse_tools = bool(tools)
         self._types = _param_types(tools)
         self._buf = ""            # unconsumed text of the current mode
-        self._space = ""          # whitespace held until more text follows (dropped before a tag)
-        self._started = {"text": False, "reasoning": False}  # leading whitespace is dropped
+        self._space = ""          # trailing whitespace, held: dropped before a tag, else emitted
+        self._strip_lead = thinking  # drop whitespace opening a block (the "\n\n" after </think>)
         self.calls: list[ToolCall] = []
 
     def _emit(self, kind: str, text: str, out: list[Event]) -> None:
-        if not text:
-            return
-        if not self._started[kind]:
+        if self._strip_lead:
             text = text.lstrip()
             if not text:
                 return
-            self._started[kind] = True
+            self._strip_lead = False
         body = text.rstrip()
-        tail = text[len(body):]
         if body:
             out.append(Event(kind, self._space + body))
             self._space = ""
-        self._space += tail
+        self._space += text[len(body):]
 
     def _tags(self) -> tuple[str, ...]:
         if self.mode == "reasoning":
@@ -175,15 +172,20 @@ class ReplyParser:
         self._emit(self.mode, before, out)
         self._space = ""  # whitespace before a tag belongs to the tag
         self.mode = {THINK_OPEN: "reasoning", THINK_CLOSE: "text", CALL_OPEN: "tool"}[tag]
+        self._strip_lead = tag in (THINK_OPEN, THINK_CLOSE)
 
     def finish(self) -> list[Event]:
         """Events for what is left at the end of the reply (an unclosed tag is kept as text)."""
         out: list[Event] = []
         rest, self._buf = self._buf, ""
         if self.mode == "tool":   # cut off before </tool_call> (max_tokens): not a call
+            self.mode = "text"
             self._emit("text", CALL_OPEN + rest, out)
         else:
             self._emit(self.mode, rest, out)
+        if self._space:       # the reply's own trailing whitespace
+            out.append(Event(self.mode, self._space))
+            self._space = ""
         return out
 
 

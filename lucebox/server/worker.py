@@ -39,6 +39,7 @@ class Job:
     ids: list[int]
     options: dict
     loop: asyncio.AbstractEventLoop
+    label: str = "POST"           # method and path, for the log line
     events: asyncio.Queue = field(default_factory=asyncio.Queue)
     cancelled: threading.Event = field(default_factory=threading.Event)
     submitted: float = field(default_factory=time.perf_counter)
@@ -94,11 +95,13 @@ class Worker:
                 self._running = job
             try:
                 if job.cancelled.is_set():
+                    log.info("%s 499 cancelled while queued", job.label)
                     job._push("error", asyncio.CancelledError())
                 else:
                     self._serve(job)
             except Exception as e:  # noqa: BLE001 (any engine failure goes back to its request)
                 log.debug("engine failure", exc_info=True)
+                log.info("%s %d error: %s", job.label, 400 if isinstance(e, ValueError) else 500, e)
                 job._push("error", e)
             finally:
                 with self._lock:
@@ -119,6 +122,15 @@ class Worker:
             stream.close()
         gen = e.last_generation
         self.prefix.after_reply()
-        job._push("done", Result(text=gen.text, tokens=list(gen.tokens), finish_reason=gen.finish_reason,
-                                 prompt_tokens=len(job.ids), cached_tokens=cached, stats=gen.stats,
-                                 queued_s=started - job.submitted))
+        result = Result(text=gen.text, tokens=list(gen.tokens), finish_reason=gen.finish_reason,
+                        prompt_tokens=len(job.ids), cached_tokens=cached, stats=gen.stats,
+                        queued_s=started - job.submitted)
+        _log_result(job, result)
+        job._push("done", result)
+
+
+def _log_result(job: Job, r: Result) -> None:
+    s = r.stats
+    log.info("%s %d prompt=%d cached=%d generated=%d AL=%.2f tok/s=%.1f finish=%s queued=%.2fs", job.label,
+             499 if r.finish_reason == "cancelled" else 200, r.prompt_tokens, r.cached_tokens, len(r.tokens),
+             s.al_mean, s.decode_tok_s, r.finish_reason, r.queued_s)

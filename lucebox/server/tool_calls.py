@@ -119,6 +119,7 @@ class ReplyParser:
         self._types = _param_types(tools)
         self._buf = ""            # unconsumed text of the current mode
         self._space = ""          # trailing whitespace, held: dropped before a tag, else emitted
+        self._dropped = ""        # the whitespace dropped before the open <tool_call>
         self._strip_lead = thinking  # drop whitespace opening a block (the "\n\n" after </think>)
         self.calls: list[ToolCall] = []
 
@@ -163,14 +164,14 @@ class ReplyParser:
         if self.mode == "tool":
             call = parse_call(before, self._types)
             if call is None:   # not a call after all: give the text back as written
-                self._emit("text", CALL_OPEN + before + CALL_CLOSE, out)
+                self._emit("text", self._dropped + CALL_OPEN + before + CALL_CLOSE, out)
             else:
                 self.calls.append(call)
                 out.append(Event("tool_call", call=call))
             self.mode = "text"
             return
         self._emit(self.mode, before, out)
-        self._space = ""  # whitespace before a tag belongs to the tag
+        self._dropped, self._space = self._space, ""  # whitespace before a tag belongs to the tag
         self.mode = {THINK_OPEN: "reasoning", THINK_CLOSE: "text", CALL_OPEN: "tool"}[tag]
         self._strip_lead = tag in (THINK_OPEN, THINK_CLOSE)
 
@@ -180,7 +181,7 @@ class ReplyParser:
         rest, self._buf = self._buf, ""
         if self.mode == "tool":   # cut off before </tool_call> (max_tokens): not a call
             self.mode = "text"
-            self._emit("text", CALL_OPEN + rest, out)
+            self._emit("text", self._dropped + CALL_OPEN + rest, out)
         else:
             self._emit(self.mode, rest, out)
         if self._space:       # the reply's own trailing whitespace

@@ -7,9 +7,8 @@ when the client goes away.
 from __future__ import annotations
 
 import asyncio
-import json
+import hmac
 import logging
-import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from ..config import ServeConfig
 from . import anthropic_api as A
 from . import openai_api as O
+from . import streams
 from .options import BadRequest
 from .prompt import Prompt, check_fits, max_new_tokens, render
 from .tool_calls import ReplyParser, merge_events
@@ -109,7 +109,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             return
         bearer = request.headers.get("authorization", "")
         given = bearer[7:].strip() if bearer.lower().startswith("bearer ") else request.headers.get("x-api-key")
-        if given != config.api_key:
+        if not hmac.compare_digest((given or "").encode(), config.api_key.encode()):
             raise ApiError(401, "missing or wrong API key (send Authorization: Bearer KEY or x-api-key: KEY)",
                            "authentication_error")
 
@@ -170,19 +170,13 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         rest = tok.decode(r.tokens)[len(r.text):]
         return next((s for s in stops if rest.startswith(s)), None)
 
-    def sse(lines, request: Request):
+    def sse(lines):
         return StreamingResponse(lines, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
-    def stream_error(e: BaseException) -> tuple[int, str]:
-        if isinstance(e, (ValueError, BadRequest)):
-            return 400, str(e)
-        return 500, f"the engine failed: {e}"
-
     async def chat_prompt(req) -> Prompt:
         prompt = await run_in_threadpool(render, tok, req.chat_messages(), tools=req.active_tools(),
-                                         template_kwargs=req.chat_template_kwargs
-                                         if isinstance(req, O.ChatRequest) else req.template_kwargs())
+                                         template_kwargs=req.template_kwargs())
         check_fits(len(prompt.ids), max_ctx)
         return prompt
 
@@ -215,28 +209,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             return O.chat_completion(model, merge_events(events), finish,
                                      O.usage(r.prompt_tokens, len(r.tokens), r.cached_tokens))
 
-        async def lines():
-            chunks = O.ChatChunks(model)
-            yield _data(chunks.chunk({"role": "assistant", "content": ""}))
-            async for kind, value in events_of(job):
-                if kind == "start":
-                    continue
-                if kind == "text":
-                    for e in parser.feed(value):
-                        yield _data(chunks.for_event(e))
-                elif kind == "done":
-                    for e in parser.finish():
-                        yield _data(chunks.for_event(e))
-                    yield _data(chunks.chunk({}, O.finish_reason(value.finish_reason, bool(parser.calls))))
-                    if req.include_usage:
-                        u = O.usage(value.prompt_tokens, len(value.tokens), value.cached_tokens)
-                        yield _data(chunks.chunk({}, usage_=u, choices=False))
-                else:
-                    status, message = stream_error(value)
-                    yield _data(O.error_body(message, "server_error" if status == 500 else "invalid_request_error"))
-            yield "data: [DONE]\n\n"
-
-        return sse(lines(), request)
+        return sse(streams.openai_chat(events_of(job), parser, model, req.include_usage))
 
     @app.post("/v1/completions", dependencies=[Depends(authorize)])
     async def completions(req: O.CompletionRequest, request: Request):
@@ -259,24 +232,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             return O.completion(model, text, O.finish_reason(r.finish_reason, False),
                                 O.usage(r.prompt_tokens, len(r.tokens), r.cached_tokens))
 
-        async def lines():
-            cid = O.new_id("cmpl")
-            async for kind, value in events_of(job):
-                if kind == "start":
-                    continue
-                if kind == "text":
-                    yield _data(O.completion(model, value, None, None, cid))
-                elif kind == "done":
-                    yield _data(O.completion(model, "", O.finish_reason(value.finish_reason, False), None, cid))
-                    if req.include_usage:
-                        u = O.usage(value.prompt_tokens, len(value.tokens), value.cached_tokens)
-                        yield _data({**O.completion(model, "", None, u, cid), "choices": []})
-                else:
-                    status, message = stream_error(value)
-                    yield _data(O.error_body(message, "server_error" if status == 500 else "invalid_request_error"))
-            yield "data: [DONE]\n\n"
-
-        return sse(lines(), request)
+        return sse(streams.openai_completion(events_of(job), model, req.include_usage))
 
     # --- routes: Anthropic ------------------------------------------------------------------
     @app.post("/v1/messages/count_tokens", dependencies=[Depends(authorize)])
@@ -301,40 +257,10 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
             return A.message(model, events, A.stop_reason(r.finish_reason, bool(parser.calls)),
                              stop_sequence(r, stops), A.usage(r.prompt_tokens, len(r.tokens), r.cached_tokens))
 
-        async def lines():
-            ev = A.MessageEvents(model)
-            async for kind, value in events_of(job):
-                if kind == "start":
-                    for name, obj in ev.start(len(prompt.ids), value):
-                        yield _event(name, obj)
-                elif kind == "text":
-                    for e in parser.feed(value):
-                        for name, obj in ev.for_event(e):
-                            yield _event(name, obj)
-                elif kind == "done":
-                    for e in parser.finish():
-                        for name, obj in ev.for_event(e):
-                            yield _event(name, obj)
-                    u = A.usage(value.prompt_tokens, len(value.tokens), value.cached_tokens)
-                    for name, obj in ev.finish(A.stop_reason(value.finish_reason, bool(parser.calls)),
-                                               stop_sequence(value, stops), u):
-                        yield _event(name, obj)
-                else:
-                    status, message = stream_error(value)
-                    yield _event("error", A.error_body(message, "api_error" if status == 500
-                                                       else "invalid_request_error"))
-
-        return sse(lines(), request)
+        return sse(streams.anthropic_messages(events_of(job), parser, model, len(prompt.ids),
+                                              lambda r: stop_sequence(r, stops)))
 
     return app
-
-
-def _data(obj) -> str:
-    return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n"
-
-
-def _event(name: str, obj) -> str:
-    return f"event: {name}\ndata: {json.dumps(obj, ensure_ascii=False)}\n\n"
 
 
 def serve(engine, config: ServeConfig) -> None:

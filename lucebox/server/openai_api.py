@@ -112,6 +112,9 @@ class ChatRequest(Sampling):
     def active_tools(self) -> list[dict] | None:
         return None if self.tool_choice == "none" else (self.tools or None)
 
+    def template_kwargs(self) -> dict:
+        return dict(self.chat_template_kwargs or {})
+
     def chat_messages(self) -> list[dict]:
         return [_normalize(m) for m in self.messages]
 

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import MAX_TREE, MODES
 from .options import BadRequest, engine_options
+from .prompt import text_only
 from .tool_calls import Event
 
 MAX_STOPS = 16
@@ -56,7 +57,7 @@ class CountRequest(BaseModel):
     def chat_messages(self) -> list[dict]:
         out: list[dict] = []
         if self.system:
-            out.append({"role": "system", "content": _text_blocks(self.system, "system")})
+            out.append({"role": "system", "content": text_only(self.system, "system")})
         for m in self.messages:
             out.extend(_normalize(m))
         return out
@@ -90,18 +91,6 @@ class MessagesRequest(CountRequest):
                               mode=self.mode)
 
 
-def _text_blocks(content, where: str) -> str:
-    if isinstance(content, str):
-        return content
-    parts = []
-    for block in content:
-        if block.get("type") != "text" or not isinstance(block.get("text"), str):
-            raise BadRequest(f"{where} content block of type {block.get('type')!r}: lucebox takes text only",
-                             "messages")
-        parts.append(block["text"])
-    return "".join(parts)
-
-
 def _normalize(m: AMessage) -> list[dict]:
     """One Anthropic message -> template messages (tool results become `tool` messages)."""
     if isinstance(m.content, str):
@@ -124,7 +113,7 @@ def _normalize(m: AMessage) -> list[dict]:
         elif kind == "tool_result" and m.role == "user":
             content = block.get("content", "")
             out.append({"role": "tool", "tool_call_id": block.get("tool_use_id", ""),
-                        "content": _text_blocks(content, "tool_result") if content else ""})
+                        "content": text_only(content, "tool_result")})
         else:
             raise BadRequest(f"{m.role} content block of type {kind!r} is not supported by lucebox", "messages")
     if text or reasoning or calls or not out:

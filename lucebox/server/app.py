@@ -174,6 +174,14 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         return StreamingResponse(lines, media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
 
+    async def start_chat(req, request: Request, limit: int | None):
+        """Render, check and queue a chat request: (prompt, reply parser, job)."""
+        check_model(req.model)
+        prompt = await chat_prompt(req)
+        options = req.options(max_new_tokens(limit, len(prompt.ids), max_ctx))
+        parser = ReplyParser(thinking=prompt.thinking, tools=prompt.tools)
+        return prompt, parser, await submit(request, prompt.ids, options)
+
     async def chat_prompt(req) -> Prompt:
         prompt = await run_in_threadpool(render, tok, req.chat_messages(), tools=req.active_tools(),
                                          template_kwargs=req.template_kwargs())
@@ -195,12 +203,8 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
     # --- routes: OpenAI ---------------------------------------------------------------------
     @app.post("/v1/chat/completions", dependencies=[Depends(authorize)])
     async def chat_completions(req: O.ChatRequest, request: Request):
-        check_model(req.model)
         req.check_supported()
-        prompt = await chat_prompt(req)
-        options = req.options(max_new_tokens(req.token_limit, len(prompt.ids), max_ctx))
-        parser = ReplyParser(thinking=prompt.thinking, tools=prompt.tools)
-        job = await submit(request, prompt.ids, options)
+        prompt, parser, job = await start_chat(req, request, req.token_limit)
         model = req.model or config.model_name
         if not req.stream:
             text, r = await collect(job, request)
@@ -244,12 +248,8 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
 
     @app.post("/v1/messages", dependencies=[Depends(authorize)])
     async def messages(req: A.MessagesRequest, request: Request):
-        check_model(req.model)
-        prompt = await chat_prompt(req)
         stops = req.stops()
-        options = req.options(max_new_tokens(req.max_tokens, len(prompt.ids), max_ctx))
-        parser = ReplyParser(thinking=prompt.thinking, tools=prompt.tools)
-        job = await submit(request, prompt.ids, options)
+        prompt, parser, job = await start_chat(req, request, req.max_tokens)
         model = req.model or config.model_name
         if not req.stream:
             text, r = await collect(job, request)

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..config import MAX_TREE, MODES
 from .options import BadRequest, engine_options
-from .prompt import tool_arguments
+from .prompt import text_only, tool_arguments
 from .tool_calls import Event
 
 MAX_STOPS = 16
@@ -131,21 +131,9 @@ class CompletionRequest(Sampling):
             raise BadRequest("echo, suffix and best_of are not supported by lucebox", "echo")
 
 
-def _text_of(content, role: str) -> str:
-    if content is None or isinstance(content, str):
-        return content or ""
-    parts = []
-    for part in content:
-        if part.get("type") != "text" or not isinstance(part.get("text"), str):
-            raise BadRequest(f"{role} message content part of type {part.get('type')!r}: lucebox takes text only",
-                             "messages")
-        parts.append(part["text"])
-    return "".join(parts)
-
-
 def _normalize(m: Message) -> dict:
     role = "system" if m.role == "developer" else m.role
-    out: dict = {"role": role, "content": _text_of(m.content, m.role)}
+    out: dict = {"role": role, "content": text_only(m.content, f"{m.role} message")}
     if m.reasoning_content:
         out["reasoning_content"] = m.reasoning_content
     if m.tool_calls:

@@ -22,6 +22,18 @@ class Prompt:
     tools: list[dict] | None
 
 
+def text_only(content, where: str) -> str:
+    """Message content (a string, or a list of {"type": "text", "text": ...} blocks / parts) as text."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    parts = []
+    for block in content:
+        if block.get("type") != "text" or not isinstance(block.get("text"), str):
+            raise BadRequest(f"{where} content of type {block.get('type')!r}: lucebox takes text only", "messages")
+        parts.append(block["text"])
+    return "".join(parts)
+
+
 def tool_arguments(arguments) -> dict:
     """A tool call's arguments as a dict (OpenAI sends a JSON string, the template wants a mapping)."""
     if isinstance(arguments, dict):

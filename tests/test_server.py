@@ -233,6 +233,10 @@ def test_huge_prompt_names_the_numbers(live):
     with pytest.raises(anthropic.BadRequestError, match=f"context holds {MAX_CTX}"):
         live.anthropic().messages.create(model="lucebox", max_tokens=5,
                                          messages=[{"role": "user", "content": "word " * 3000}])
+    with pytest.raises(openai.BadRequestError, match=f"context holds {MAX_CTX}"):
+        client.completions.create(model="lucebox", prompt=[1] * (MAX_CTX + 5), max_tokens=3)
+    with pytest.raises(openai.BadRequestError, match="token ids"):
+        client.completions.create(model="lucebox", prompt=[10 ** 7], max_tokens=3)
     assert chat(client, CODE, max_tokens=3).usage.completion_tokens == 3
 
 
@@ -533,6 +537,21 @@ def test_cancel_mid_stream_then_next_request_is_served(scripted):
     assert r.choices[0].message.content == "next"
     assert fake.closed_early == closed + 1          # the engine's stream was closed, not run out
     assert fake.prompts and len(fake.last_generation.text) == 4
+
+
+def test_a_non_streaming_client_that_leaves_cancels_its_job(scripted):
+    live, fake = scripted
+    fake.script, fake.piece_delay_s = "", 0.002
+    closed = fake.closed_early
+    with pytest.raises(httpx.ReadTimeout):
+        httpx.post(live.url + "/v1/chat/completions", headers={"x-api-key": "secret"}, timeout=0.5,
+                   json={"messages": [{"role": "user", "content": "go"}], "max_tokens": 100_000})
+    deadline = time.monotonic() + TIMEOUT_S   # the reply would take ~8 s more: it must be stopped
+    while fake.closed_early == closed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    fake.piece_delay_s, fake.script = 0.0, "served"
+    r = live.openai("secret").chat.completions.create(model="lucebox", messages=[{"role": "user", "content": "x"}])
+    assert r.choices[0].message.content == "served" and fake.closed_early == closed + 1
 
 
 def test_queue_full_is_503(scripted):

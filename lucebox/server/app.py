@@ -126,24 +126,24 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
 
     async def collect(job: Job, request: Request) -> tuple[str, Result]:
         """Wait for a non-streamed job; a client that goes away cancels it."""
+        async def watch():
+            while not await request.is_disconnected():
+                await asyncio.sleep(DISCONNECT_POLL_S)
+            job.cancel()
+
+        watcher = asyncio.create_task(watch())
         pieces = []
         try:
             while True:
-                try:
-                    kind, value = await asyncio.wait_for(job.events.get(), DISCONNECT_POLL_S)
-                except asyncio.TimeoutError:
-                    if await request.is_disconnected():
-                        raise asyncio.CancelledError() from None
-                    continue
+                kind, value = await job.events.get()
                 if kind == "text":
                     pieces.append(value)
-                elif kind == "start":
-                    continue
                 elif kind == "done":
                     return "".join(pieces), value
-                else:
+                elif kind == "error":
                     raise_engine_error(value)
         finally:
+            watcher.cancel()
             job.cancel()  # no-op once done
 
     async def events_of(job: Job):

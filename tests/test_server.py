@@ -573,6 +573,10 @@ def test_queue_full_is_503(scripted):
     finally:
         for s in streams:
             s.close()
+    deadline = time.monotonic() + TIMEOUT_S  # the server notices the closed streams on its own time
+    while httpx.get(live.url + "/health", timeout=TIMEOUT_S).json()["waiting"] > 0:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
     fake.piece_delay_s, fake.script = 0.0, "ok"
     assert client.chat.completions.create(model="lucebox", messages=[
         {"role": "user", "content": "after"}]).choices[0].message.content == "ok"

@@ -137,6 +137,12 @@ _PROTOTYPES = [
     ("lb_step_sampled", ctypes.c_int32, [_engine_p, ctypes.c_int32, _i32p, ctypes.POINTER(Sampling)]),
     # int32_t lb_processed_row(lb_engine *, int32_t row, float * out, int64_t cap);
     ("lb_processed_row", ctypes.c_int32, [_engine_p, ctypes.c_int32, _f32p, ctypes.c_int64]),
+    # int32_t lb_state_size(const lb_engine * e, int64_t * out_bytes);
+    ("lb_state_size", ctypes.c_int32, [_engine_p, ctypes.POINTER(ctypes.c_int64)]),
+    # int32_t lb_state_save(lb_engine * e, void * buf, int64_t cap, int64_t * out_written);
+    ("lb_state_save", ctypes.c_int32, [_engine_p, ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
+    # int32_t lb_state_load(lb_engine * e, const void * buf, int64_t n);
+    ("lb_state_load", ctypes.c_int32, [_engine_p, ctypes.c_void_p, ctypes.c_int64]),
     # void lb_free(lb_engine * e);
     ("lb_free", None, [_engine_p]),
 ]
@@ -382,6 +388,21 @@ class Handle:
         _check(lib().lb_commit(self._p(), _i32(arr), arr.size))
         self._tree = None
 
+
+    def state_save(self) -> np.ndarray:
+        """The committed state as an opaque uint8 array (lb_state_save)."""
+        size = ctypes.c_int64()
+        _check(lib().lb_state_size(self._p(), ctypes.byref(size)))
+        buf = np.empty(size.value, np.uint8)
+        written = ctypes.c_int64()
+        _check(lib().lb_state_save(self._p(), buf.ctypes.data_as(ctypes.c_void_p), buf.size, ctypes.byref(written)))
+        return buf[: written.value]
+
+    def state_load(self, blob: np.ndarray, tokens) -> None:
+        """Load a state_save() blob taken when the caches held `tokens` (they become the journal)."""
+        arr = np.ascontiguousarray(blob, dtype=np.uint8)
+        _check(lib().lb_state_load(self._p(), arr.ctypes.data_as(ctypes.c_void_p), arr.size))
+        self._journal[:] = [int(t) for t in tokens]
 
 class SampleBuffers:
     """The lb_sampling of one request: its processing settings and buffers for up to `max_rows` rows.

@@ -1,4 +1,4 @@
-"""`lucebox run | chat | bench | pull`: the command line.
+"""`lucebox run | chat | serve | bench | pull`: the command line.
 
 Only click is imported up front; numpy, the native library and huggingface_hub load inside the
 commands, so `lucebox --help` is instant. Errors leave as one line on stderr and a non-zero exit
@@ -15,7 +15,8 @@ from contextlib import contextmanager
 import click
 
 from . import __version__
-from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
+from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT,
+                     DEFAULT_PREFIX_CACHE_GB, DEFAULT_SERVE_MAX_CTX, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
                      MAX_NEW_TOKENS, MAX_TREE)
 
 PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
@@ -362,6 +363,37 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temp
     B.save_json(result, json_path)
     click.echo(B.to_markdown(result))
     click.echo(f"saved {json_path}", err=True)
+
+
+@main.command()
+@click.option("--host", default=DEFAULT_HOST, show_default=True, help="Address to listen on (0.0.0.0: every interface).")
+@click.option("--port", type=click.IntRange(0, 65535), default=DEFAULT_PORT, show_default=True)
+@click.option("--max-queue", type=click.IntRange(min=0), default=DEFAULT_MAX_QUEUE, show_default=True,
+              help="Requests that may wait behind the running one; more get 503.")
+@click.option("--prefix-cache-gb", type=click.FloatRange(min=0), default=DEFAULT_PREFIX_CACHE_GB, show_default=True,
+              help="Host memory for prefix snapshots (0 = off).")
+@click.option("--api-key", envvar="LUCEBOX_API_KEY", default=None,
+              help="Require this key (Authorization: Bearer or x-api-key); else $LUCEBOX_API_KEY.")
+@click.option("--model-name", default="lucebox", show_default=True, help="Model id the server reports and accepts.")
+@_model_options(f"Context tokens per request, prompt + reply (default {DEFAULT_SERVE_MAX_CTX}).")
+@_friendly_errors
+def serve(host, port, max_queue, prefix_cache_gb, api_key, model_name, target, draft, no_draft, max_ctx, kv,
+          device, threads):
+    """OpenAI- and Anthropic-compatible HTTP server (/v1/chat/completions, /v1/messages, ...)."""
+    from .config import ServeConfig
+
+    config = ServeConfig(host=host, port=port, max_queue=max_queue, prefix_cache_gb=prefix_cache_gb,
+                         api_key=api_key, model_name=model_name)
+    from .server import serve as run_server  # FastAPI + uvicorn: imported only for this command
+
+    models = _resolve(target, draft, no_draft, None)
+    tokenizer = _load_tokenizer(models)
+    with _load_engine(models, tokenizer, max_ctx=max_ctx or DEFAULT_SERVE_MAX_CTX, kv=kv, device=device,
+                      threads=threads) as engine:
+        used = "ddtree" if engine.has_draft else "ar"
+        click.echo(f"lucebox serve: {models.target.name}, {used}, context {engine.info['max_ctx']}, "
+                   f"http://{host}:{port}/v1 (model {model_name!r})", err=True)
+        run_server(engine, config)
 
 
 @main.command()

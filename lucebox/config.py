@@ -163,3 +163,36 @@ class GenerationConfig:
                           min_p=float(self.min_p), repeat_penalty=float(self.repeat_penalty),
                           presence_penalty=float(self.presence_penalty),
                           frequency_penalty=float(self.frequency_penalty))
+
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_MAX_QUEUE = 32          # requests waiting behind the running one; more get 503
+DEFAULT_PREFIX_CACHE_GB = 4.0   # host memory for prefix snapshots (0 = off)
+DEFAULT_SERVE_MAX_CTX = 8192    # context per request (prompt + reply) when --max-ctx is not given
+
+
+@dataclass
+class ServeConfig:
+    """How `lucebox serve` runs: where it listens, queue depth, prefix-cache budget, API key."""
+
+    host: str = DEFAULT_HOST
+    port: int = DEFAULT_PORT
+    max_queue: int = DEFAULT_MAX_QUEUE
+    prefix_cache_gb: float = DEFAULT_PREFIX_CACHE_GB
+    api_key: str | None = None
+    model_name: str = "lucebox"
+
+    def __post_init__(self):
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be in [0, 65535], got {self.port}")
+        if self.max_queue < 0:
+            raise ValueError(f"max_queue must be >= 0, got {self.max_queue}")
+        if not 0 <= self.prefix_cache_gb <= 1 << 20:
+            raise ValueError(f"prefix_cache_gb must be >= 0, got {self.prefix_cache_gb}")
+        if self.api_key is not None and not self.api_key.strip():
+            raise ValueError("api_key is empty; pass a non-empty key or none")
+
+    @property
+    def prefix_cache_bytes(self) -> int:
+        return int(self.prefix_cache_gb * (1 << 30))

@@ -33,6 +33,19 @@ class Generation:
     seed: int | None = None     # the sampling seed used (None: greedy)
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The committed state at one moment (Engine.snapshot): the cached `tokens`, the `pending`
+    next token, and the native caches as an opaque host-memory blob."""
+    tokens: tuple[int, ...]
+    pending: int
+    data: np.ndarray
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+
 class Engine:
     """`with Engine("target.gguf", draft="draft_dir") as e: print(e.generate("Hi").text)`.
 
@@ -192,6 +205,33 @@ class Engine:
         stats.prefill_s = time.perf_counter() - t0
         stats.prompt_tokens = len(new)
         return first
+
+    def prefill(self, prompt) -> int:
+        """Bring the caches to `prompt` (reusing the cached prefix); returns the next token.
+        A generate() on the same prompt afterwards prefills nothing."""
+        ids = self.encode_prompt(prompt)
+        with self.lock:
+            self._epoch += 1  # a paused stream must not continue from these caches
+            return self._transaction(self._prefill, ids, GenerationStats(mode="ar"))
+
+    @property
+    def cached_tokens(self) -> tuple[int, ...]:
+        """The tokens the caches hold now."""
+        return tuple(self._cache_tokens)
+
+    def snapshot(self) -> Snapshot:
+        """Copy the committed state to host memory (restore() brings it back, bit for bit)."""
+        with self.lock:
+            if not self._cache_tokens or self._pending is None:
+                raise ValueError("nothing is cached: prefill a prompt before taking a snapshot")
+            return Snapshot(tuple(self._cache_tokens), int(self._pending), self._h().state_save())
+
+    def restore(self, snap: Snapshot) -> None:
+        """Make the caches what they were at snapshot(); the next generate() continues from there."""
+        with self.lock:
+            self._epoch += 1
+            self._transaction(self._h().state_load, snap.data, snap.tokens)
+            self._cache_tokens, self._pending = list(snap.tokens), snap.pending
 
     def next_logits(self, prompt) -> np.ndarray:
         """The target's logits ([n_vocab] float32) for the token after `prompt`; afterwards the

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -55,16 +56,17 @@ def test_help_lists_commands_and_is_lazy():
     # `lucebox --help` must not import numpy, the native library or huggingface_hub
     code = ("import sys\nfrom lucebox.cli import main\n"
             "try:\n    main(['--help'])\nexcept SystemExit as e:\n    assert e.code == 0\n"
-            "heavy = [m for m in ('numpy', 'lucebox.engine', 'lucebox._native', 'huggingface_hub', 'tqdm')"
+            "heavy = [m for m in ('numpy', 'lucebox.engine', 'lucebox._native', 'huggingface_hub', 'tqdm',"
+            " 'fastapi', 'uvicorn')"
             " if m in sys.modules]\nprint('HEAVY', heavy)\n")
     out = subprocess.run([sys.executable, "-c", code], env=_env(), capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    for command in ("run", "chat", "bench", "pull"):
+    for command in ("run", "chat", "serve", "bench", "pull"):
         assert f"  {command} " in out.stdout
     assert "HEAVY []" in out.stdout
 
 
-@pytest.mark.parametrize("command", ["run", "chat", "bench", "pull"])
+@pytest.mark.parametrize("command", ["run", "chat", "serve", "bench", "pull"])
 def test_command_help(command):
     result = CliRunner().invoke(main, [command, "--help"])
     assert result.exit_code == 0
@@ -147,6 +149,43 @@ def test_subprocess_errors_are_one_line(no_models):
     assert "target GGUF not found" in line
     line = _one_line_error(_lucebox(["run", "--prompt", "hi", "-n", "0"], env=env))
     assert "--n-gen" in line
+    line = _one_line_error(_lucebox(["serve", "--target", str(no_models / "x.gguf")], env=env))
+    assert "target GGUF not found" in line
+    line = _one_line_error(_lucebox(["serve", "--port", "70000"], env=env))
+    assert "--port" in line
+
+
+def test_serve_answers_on_loopback_with_the_embedded_pair():
+    import socket
+
+    import httpx
+
+    with socket.socket() as s:  # a free loopback port (released just before the server binds it)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([sys.executable, "-m", "lucebox", "serve", "--port", str(port), "--device", "cpu",
+                             "--threads", "1", "--max-ctx", "512"], env=_env(), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while True:
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "lucebox serve did not come up"
+            try:
+                if httpx.get(url + "/health", timeout=5).status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        r = httpx.post(url + "/v1/chat/completions", timeout=60, json={
+            "messages": [{"role": "user", "content": "def fib(n):"}], "max_tokens": 5})
+        assert r.status_code == 200 and r.json()["usage"]["completion_tokens"] == 5
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+    log = proc.stderr.read()
+    assert "lucebox serve: target.gguf, ddtree, context 512" in log
+    assert "POST /v1/chat/completions 200 prompt=" in log and "Traceback" not in log
 
 
 # --- on the tiny models ----------------------------------------------------------------------

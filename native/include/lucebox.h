@@ -204,6 +204,26 @@ LB_API int32_t lb_step_sampled(lb_engine * e, int32_t tok, int32_t * out_next, c
  */
 LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t cap);
 
+/*
+ * Snapshots of the committed state, for prefix reuse across requests (a server's turns).
+ * A snapshot holds P, the target KV rows 0..P-1 of every full-attention layer, every DeltaNet
+ * layer's recurrent state and conv window, and the draft's context (its K/V ring rows, which
+ * position each slot holds, its P). It does not hold `last` (the caller keeps it) nor a pending
+ * verify. The blob is opaque host memory, valid only for an engine loaded with the same files,
+ * max_ctx, kv_type and device kind.
+ *
+ * lb_state_size:  *out_bytes = the size lb_state_save needs now (grows with P).
+ * lb_state_save:  writes the snapshot into buf[cap] (bytes), *out_written = its size.
+ *                 LB_E_INVALID_ARG if cap is too small.
+ * lb_state_load:  makes the engine's state equal to the snapshot in buf[n]; afterwards decoding
+ *                 continues exactly as it would have from the moment of lb_state_save.
+ *                 LB_E_MISMATCH if the blob comes from an engine of another shape, LB_E_FORMAT if it
+ *                 is not a snapshot; the engine is unchanged on failure.
+ */
+LB_API int32_t lb_state_size(const lb_engine * e, int64_t * out_bytes);
+LB_API int32_t lb_state_save(lb_engine * e, void * buf, int64_t cap, int64_t * out_written);
+LB_API int32_t lb_state_load(lb_engine * e, const void * buf, int64_t n);
+
 /* Free the engine and everything it owns. NULL is a no-op. */
 LB_API void lb_free(lb_engine * e);
 

@@ -142,6 +142,24 @@ LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t
     return guarded([&] { e->processed_row(row, out, cap); });
 }
 
+LB_API int32_t lb_state_size(const lb_engine * e, int64_t * out_bytes) {
+    LB_NEED_ENGINE(e, "lb_state_size");
+    if (!out_bytes) return fail(LB_E_INVALID_ARG, "lb_state_size: out_bytes must not be NULL");
+    return guarded([&] { *out_bytes = int64_t(e->state_size()); });
+}
+
+LB_API int32_t lb_state_save(lb_engine * e, void * buf, int64_t cap, int64_t * out_written) {
+    LB_NEED_ENGINE(e, "lb_state_save");
+    if (!buf || !out_written) return fail(LB_E_INVALID_ARG, "lb_state_save: buf and out_written must not be NULL");
+    return guarded([&] { *out_written = int64_t(e->state_save(static_cast<uint8_t *>(buf), cap)); });
+}
+
+LB_API int32_t lb_state_load(lb_engine * e, const void * buf, int64_t n) {
+    LB_NEED_ENGINE(e, "lb_state_load");
+    if (!buf) return fail(LB_E_INVALID_ARG, "lb_state_load: buf must not be NULL");
+    return guarded([&] { e->state_load(static_cast<const uint8_t *>(buf), n); });
+}
+
 LB_API void lb_free(lb_engine * e) { delete e; }
 
 }  // extern "C"

@@ -73,6 +73,15 @@ public:
     size_t cache_bytes() const;
     void reset() { n_past_ = 0; }                 // forget the context (lb_reset)
 
+    // The context as bytes (state.cpp's snapshots): n_past, each live slot's position, then per
+    // layer the live K and V rows. shape_key() differs between drafts whose blobs do not fit.
+    size_t state_bytes() const;
+    void state_save(uint8_t * out) const;
+    // Checks `n` bytes against this draft's shape first; throws Error(LB_E_MISMATCH) and changes
+    // nothing when they do not fit.
+    void state_load(const uint8_t * in, size_t n);
+    uint64_t shape_key() const;
+
     // Appends n committed tokens (positions n_past .. n_past+n-1) from device-resident features.
     // feats: tensors whose ne0 add up to n_feat, in target_layer_ids order (one per captured
     //   layer [n_embd, N], or one [n_feat, N]); F32/F16/BF16; column c = captured token c.

@@ -89,6 +89,11 @@ struct lb_engine {
 
     void set_capture_layers(const std::vector<int32_t> & layers);
 
+    // Snapshots of the committed state (see lucebox.h lb_state_*; state.cpp).
+    size_t state_size() const;
+    size_t state_save(uint8_t * buf, int64_t cap) const;
+    void state_load(const uint8_t * buf, int64_t n);
+
     lb_model_info info() const;
 
 private:

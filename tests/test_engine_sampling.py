@@ -25,7 +25,7 @@ from lucebox.sampling import Processing, Sampler
 from test_sampling import reference_probs
 
 DEVICE = "cuda" if os.environ.get("LUCEBOX_TEST_BACKEND") == "cuda" else "cpu"
-ENGINE_OPTS = dict(device=DEVICE, n_threads=1, max_ctx=512, **({"kv": "f32"} if DEVICE == "cuda" else {}))
+ENGINE_OPTS = dict(device=DEVICE, n_threads=1, max_ctx=512)
 N_SEEDS = 2000
 PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fib"
 

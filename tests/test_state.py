@@ -12,7 +12,7 @@ from lucebox._native import NativeError
 from lucebox.engine import Engine
 
 DEVICE = "cuda" if os.environ.get("LUCEBOX_TEST_BACKEND") == "cuda" else "cpu"
-OPTS = dict(device=DEVICE, n_threads=1, max_ctx=512, **({"kv": "f32"} if DEVICE == "cuda" else {}))
+OPTS = dict(device=DEVICE, n_threads=1, max_ctx=512)
 E_FORMAT, E_MISMATCH = -3, -5
 N_TEXT_TOKENS = 598
 

@@ -45,6 +45,11 @@ log "lucebox AR + speculative step, batch_invariant = 0"
 python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192 --n-gen 64 --steps 10 --no-invariant \
     --copy-gbs "$COPY_GBS" --json "$OUT/step_bench_fast.json" 2>&1 | grep "^|"
 
+# the cost of device-side sampling (Qwen's top-p 0.95 / top-k 20 at temperature 0.6, repeat penalty 1.1)
+log "lucebox speculative step, sampling at temperature 0.6"
+python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192 --n-gen 64 --steps 10 --temperature 0.6 \
+    --repeat-penalty 1.1 --copy-gbs "$COPY_GBS" --json "$OUT/step_bench_t06.json" 2>&1 | grep "^|"
+
 if [ "${LUCEBOX_BENCH_FULL:-1}" = 1 ]; then
     log "lucebox AR with a Q8_0 KV cache (head size 256)"
     python3 benchmarks/step_bench.py --target "$T" --kv q8_0 --n-gen 64 2>&1 | tail -3

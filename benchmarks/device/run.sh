@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
-#   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile all (default: all)
+#   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
+#                                                serverbench all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -100,6 +101,14 @@ stage_bench() {
     bash benchmarks/device/bench.sh "$BUILD" "$WORK" "$OUT"
 }
 
+stage_serverbench() {
+    log "lucebox serve vs Engine.generate (27B-shaped synthetic pair): streamed tok/s, overhead, TTFT at 16K"
+    export LUCEBOX_LIB="$BUILD/liblucebox.so"
+    wait_synth
+    python3 benchmarks/server_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
+        --device cuda --prompt-tokens 16384 --n-gen 128 --json "$OUT/server_bench.json" 2>&1 | tail -12
+}
+
 stage_pair() {
     log "embedded default pair: AR vs chain vs DDTree (real acceptance)"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
@@ -128,7 +137,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

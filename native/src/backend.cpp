@@ -105,11 +105,12 @@ void alloc_graph_or_throw(ggml_gallocr_t galloc, ggml_cgraph * gf, ggml_backend_
 }
 
 void backend_init(Backend & b, int32_t device, int32_t n_threads, bool batch_invariant) {
+    // checked for every device: a bogus value is a mistake even where the CPU threads go unused
+    const int32_t most = max_cpu_threads();
+    check(n_threads <= most, LB_E_INVALID_ARG,
+          "n_threads " + std::to_string(n_threads) + " is more than this machine can use (at most " +
+              std::to_string(most) + ", 4 per hardware thread); pass 0 for all cores");
     if (device < 0) {
-        const int32_t most = max_cpu_threads();
-        check(n_threads <= most, LB_E_INVALID_ARG,
-              "n_threads " + std::to_string(n_threads) + " is more than this machine can use (at most " +
-                  std::to_string(most) + ", 4 per hardware thread); pass 0 for all cores");
         b.backend = ggml_backend_cpu_init();
         check(b.backend != nullptr, LB_E_BACKEND, "cannot initialise the ggml CPU backend");
         const unsigned hw = std::thread::hardware_concurrency();

@@ -138,4 +138,13 @@ private:
     std::vector<uint8_t> meta_append_, meta_propose_;
 };
 
+// The k best entries of each row of logits [n, R] (unordered) and their log-softmax, as
+// (logit - max) - log(sum(exp(logit - max))): finite for every entry. The row maximum is the best
+// of the k picks. (ggml-cuda selects k <= 32 in one pass over the row: vendor/patches/0007.)
+struct TopKLogProbs {
+    ggml_tensor * ids;   // [k, R] i32, unordered
+    ggml_tensor * logp;  // [k, R] f32
+};
+TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t k);
+
 }  // namespace lb

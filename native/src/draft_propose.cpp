@@ -26,14 +26,9 @@ bool same_kind(const DraftLayerAttn & a, const DraftLayerAttn & b) {
     return a.causal == b.causal && a.window == b.window;
 }
 
-struct TopKLogProbs {
-    ggml_tensor * ids;   // [k, R] i32, unordered
-    ggml_tensor * logp;  // [k, R] f32
-};
 
-// The k best entries of each row of logits [n, R] (unordered) and their log-softmax, as
-// (logit - max) - log(sum(exp(logit - max))): finite for every entry. The row maximum is the best
-// of the k picks. (ggml-cuda selects k <= 32 in one pass over the row: vendor/patches/0007.)
+}  // namespace
+
 TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t k) {
     const int64_t n = logits->ne[0], R = logits->ne[1];
     ggml_tensor * ids = ggml_top_k(ctx, logits, k);
@@ -43,8 +38,6 @@ TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t
     ggml_tensor * lse = ggml_log(ctx, ggml_sum_rows(ctx, ggml_exp(ctx, ggml_sub(ctx, logits, max))));  // [1, R]
     return {ids, ggml_sub(ctx, ggml_sub(ctx, vals, max), lse)};
 }
-
-}  // namespace
 
 // q [head_dim, B, n_head]; K, V [head_dim, n_kv, n_head_kv] views of the cache; mask [n_kv, B].
 // Flash attention where the backend has a kernel for these shapes (CUDA: head_dim 64/128/256...),

@@ -15,6 +15,7 @@
 //     and prints the mean append and propose times.
 // Errors: "error <status>: <message>" on stderr, exit code 2.
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -28,14 +29,9 @@
 #include "ggml-cuda.h"
 #endif
 
-// The draft module is internal to liblucebox (hidden symbols), so compile it in here.
-#include "backend.cpp"
-#include "json.cpp"
-#include "safetensors.cpp"
-#include "draft_config.cpp"
-#include "draft_weights.cpp"
-#include "draft_model.cpp"
-#include "draft_propose.cpp"
+// The draft module is internal to liblucebox (hidden symbols); the tool links its objects (lucebox_core).
+#include "draft_model.hpp"
+#include "error.hpp"
 
 namespace {
 

@@ -13,24 +13,14 @@
 #include <map>
 #include <sstream>
 
-// The engine is internal to liblucebox (hidden symbols), so compile it in here.
-#include "backend.cpp"
-#include "caches.cpp"
-#include "commit_graph.cpp"
-#include "engine.cpp"
-#include "gguf_file.cpp"
-#include "gguf_target.cpp"
-#include "graph_common.cpp"
-#include "sample_graph.cpp"
-#include "target_graph.cpp"
-#include "tree_verify.cpp"
-// the engine links the draft module in
-#include "json.cpp"
-#include "safetensors.cpp"
-#include "draft_config.cpp"
-#include "draft_weights.cpp"
-#include "draft_model.cpp"
-#include "draft_propose.cpp"
+#include <cstring>
+#include <string>
+#include <vector>
+
+// The engine is internal to liblucebox (hidden symbols); the tool links its objects (lucebox_core).
+#include "engine.hpp"
+#include "error.hpp"
+#include "lucebox.h"
 
 namespace {
 
@@ -48,7 +38,8 @@ int run(int argc, char ** argv) {
     for (int i = 1; i + 1 < argc; i += 2) kv[std::string(argv[i]).substr(2)] = argv[i + 1];
     auto get = [&](const std::string & k, const std::string & d) { return kv.count(k) ? kv[k] : d; };
 
-    lb_params p{};  // the fields lb_params_default (api.cpp, not linked here) would set, spelled out
+    lb_params p;
+    lb_params_default(&p);
     p.target_path = kv["model"].c_str();
     p.max_ctx = 2048;
     const std::string kv_name = get("kv", "f32");
@@ -56,9 +47,6 @@ int run(int argc, char ** argv) {
     p.device = std::stoi(get("device", "-1"));
     p.n_threads = std::stoi(get("threads", "0"));
     p.ubatch = std::stoi(get("ubatch", "512"));
-    p.max_tree = 64;
-    p.log_level = LB_LOG_ERROR;
-    p.batch_invariant = 1;
 
     lb_engine e;
     e.load(p);

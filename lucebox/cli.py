@@ -22,6 +22,10 @@ from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_
 PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
 PREFILL_CHUNK = 512
 CTX_ROUND = 256
+# printed when no model was named and the package's own small pair runs, so its output is not taken
+# for what the product does
+DEMO_NOTICE = ("note: no model given, so this runs the embedded 7M-parameter demo pair (fast, not a useful model); "
+               "for the real one run `lucebox pull qwen3.5-27b` or pass --target/--draft")
 
 
 def _friendly_errors(fn):
@@ -131,6 +135,8 @@ def _resolve(target, draft, no_draft, mode):
     # AR needs no draft: skip loading it (memory, time), unless asked for explicitly
     use_draft = not no_draft and (mode != "ar" or draft is not None)
     models = resolve(target, draft, use_draft=use_draft)
+    if models.source == "embedded":
+        click.echo(DEMO_NOTICE, err=True)
     if mode in ("chain", "ddtree") and models.draft is None:
         raise ValueError(f"--mode {mode} needs a draft: pass --draft DIR (or set ${DRAFT_ENV})"
                          + (" and drop --no-draft" if no_draft else ""))

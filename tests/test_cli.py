@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from lucebox import defaults, hub
-from lucebox.cli import main
+from lucebox.cli import DEMO_NOTICE, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -185,6 +185,7 @@ def test_serve_answers_on_loopback_with_the_embedded_pair():
         proc.wait(timeout=30)
     log = proc.stderr.read()
     assert "lucebox serve: target.gguf, ddtree, context 512" in log
+    assert DEMO_NOTICE in log
     assert "POST /v1/chat/completions 200 prompt=" in log and "Traceback" not in log
 
 
@@ -264,6 +265,23 @@ def test_embedded_default_pair_is_used_without_flags(tiny_pair, reference, tmp_p
     result = CliRunner().invoke(main, ["run", "--prompt", "Hello", "-n", "12", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert result.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
+    assert result.stderr.splitlines() == [DEMO_NOTICE]  # one line saying it is the demo pair
+    chat = CliRunner().invoke(main, ["chat", "-n", "4", "--device", "cpu"], input="")
+    assert chat.exit_code == 0, chat.output
+    assert chat.stderr.splitlines()[0] == DEMO_NOTICE
+    suite = tmp_path / "one.jsonl"
+    suite.write_text('{"prompt": "def fib(n):"}\n')
+    bench = CliRunner().invoke(main, ["bench", "--prompts", str(suite), "-n", "4", "--budgets", "4", "--device", "cpu",
+                                      "--json", str(tmp_path / "bench.json")])
+    assert bench.exit_code == 0, bench.output
+    assert bench.stderr.splitlines()[0] == DEMO_NOTICE
+    # a named target, or one from the environment, is no demo
+    named = CliRunner().invoke(main, ["run", "-p", "Hello", "-n", "2", "--target", str(tiny_pair[0]), "--no-draft",
+                                      "--device", "cpu"])
+    assert named.exit_code == 0 and DEMO_NOTICE not in named.stderr
+    monkeypatch.setenv(defaults.TARGET_ENV, str(tiny_pair[0]))
+    from_env = CliRunner().invoke(main, ["run", "-p", "Hello", "-n", "2", "--no-draft", "--device", "cpu"])
+    assert from_env.exit_code == 0 and DEMO_NOTICE not in from_env.stderr
 
 
 def test_chat_reads_lines_from_a_pipe(tiny_pair):

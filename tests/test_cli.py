@@ -111,6 +111,16 @@ def test_prompt_and_prompt_file_conflict(no_models):
     assert result.exit_code == 2 and "not both" in result.output
 
 
+def test_prompt_given_twice_is_a_usage_error(no_models):
+    f = no_models / "p.txt"
+    f.write_text("hi")
+    for args in (["x", "--prompt", "y"], ["x", "--prompt-file", str(f)]):
+        result = CliRunner().invoke(main, ["run", *args])
+        assert result.exit_code == 2 and "PROMPT or --prompt" in result.output and "not both" in result.output
+    result = CliRunner().invoke(main, ["run", "x", "-p", "y", "--prompt-file", str(f)])
+    assert result.exit_code == 2 and "not all three" in result.output
+
+
 def test_empty_stdin_is_a_usage_error(no_models):
     result = CliRunner().invoke(main, ["run"], input="  \n")
     assert result.exit_code == 2 and "stdin is empty" in result.output
@@ -217,6 +227,12 @@ def test_run_streams_the_engine_output(tiny_pair, reference, mode):
     assert f"({mode})" in result.stderr and "tok/s" in result.stderr and "prefill" in result.stderr
     if mode != "ar":
         assert "AL " in result.stderr
+
+
+def test_run_takes_the_prompt_as_an_argument(tiny_pair, reference):
+    result = CliRunner().invoke(main, ["run", "Hello", "-n", "12", *_models(tiny_pair)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
 
 
 def test_run_system_and_raw(tiny_pair, reference):

@@ -8,6 +8,8 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 SRC="$ROOT/vendor/src/llama.cpp"
+source "$ROOT/benchmarks/usage.sh"
+help_if_asked "$0" "$@"
 
 usage() { echo "usage: $0 BUILD_DIR [--cpu]" >&2; exit 2; }
 [ $# -ge 1 ] || usage

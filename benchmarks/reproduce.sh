@@ -2,12 +2,13 @@
 # Reproduce the public table: HumanEval / Math500 / GSM8K, 10 prompts each, n_gen 256, concurrency 1,
 # AR vs DFlash+DDTree (budget 22): tok/s, AL, speedup. Markdown on stdout, JSON + .md saved.
 #   bash benchmarks/reproduce.sh [--sweep] [lucebox bench options, e.g. --kv q8_0 --device cuda:0]
-# --sweep adds the budget sweep 1,8,16,22,32 with chain vs tree.
+# --sweep adds the budget sweep 1,8,16,22,32 with chain vs tree; the other options: `lucebox bench --help`.
 # Models: --target/--draft, else $LUCEBOX_TARGET/$LUCEBOX_DRAFT, else the 27B pair from `lucebox pull`
 # (pulled here when nothing else is given). Results: $LUCEBOX_BENCH_OUT (default benchmarks/results/).
 set -euo pipefail
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
-PROMPTS="$ROOT/benchmarks/prompts"
+source "$ROOT/benchmarks/usage.sh"
+help_if_asked "$0" "$@"
 OUT="${LUCEBOX_BENCH_OUT:-$ROOT/benchmarks/results}"
 STAMP="$(date +%Y%m%d-%H%M%S)"
 
@@ -31,13 +32,13 @@ if [ "$named_target" = 0 ] && [ -z "${LUCEBOX_TARGET:-}" ]; then
 fi
 
 mkdir -p "$OUT"
-suites=(--prompts "$PROMPTS/humaneval.jsonl" --prompts "$PROMPTS/math500.jsonl" --prompts "$PROMPTS/gsm8k.jsonl")
 
-# run NAME BENCH_OPTIONS...: the table goes to NAME-STAMP.md (written only when the run succeeds)
+# run NAME BENCH_OPTIONS...: the table goes to NAME-STAMP.md (written only when the run succeeds); the
+# suites are lucebox bench's defaults (lucebox/prompts/, shipped with the package)
 run() {
     local name="$1"
     shift
-    "${LB[@]}" bench "${suites[@]}" --n-prompts 10 --n-gen 256 --json "$OUT/$name-$STAMP.json" \
+    "${LB[@]}" bench --n-prompts 10 --n-gen 256 --json "$OUT/$name-$STAMP.json" \
         "$@" "${args[@]+"${args[@]}"}" >"$OUT/$name-$STAMP.md.part"
     mv "$OUT/$name-$STAMP.md.part" "$OUT/$name-$STAMP.md"
     cat "$OUT/$name-$STAMP.md"

@@ -19,10 +19,10 @@ from pathlib import Path
 
 import httpx
 
+from lucebox.bench import PROMPT_DIR
 from lucebox.engine import Engine
 
-ROOT = Path(__file__).resolve().parent.parent
-CODE = (ROOT / "benchmarks" / "prompts" / "humaneval.jsonl").read_text().splitlines()
+CODE = (PROMPT_DIR / "humaneval.jsonl").read_text().splitlines()
 
 
 def agent_messages(tokenizer, n_tokens: int) -> list[dict]:

@@ -31,18 +31,17 @@ class RunSpec:
 
 
 # --- prompts -------------------------------------------------------------------------------
-def default_prompt_dir() -> Path | None:
-    """benchmarks/prompts/ of the source checkout this package runs from, if there is one."""
-    candidate = Path(__file__).resolve().parent.parent / "benchmarks" / "prompts"
-    return candidate if all((candidate / f).is_file() for f in DEFAULT_FILES) else None
+# The default suites ship inside the package (package data), so an installed lucebox finds them too.
+PROMPT_DIR = Path(__file__).resolve().parent / "prompts"
 
 
 def default_prompt_files() -> list[Path]:
-    root = default_prompt_dir()
-    if root is None:
-        raise FileNotFoundError("the default prompt suites (benchmarks/prompts/ in the lucebox source tree) "
-                                "are not here; pass --prompts FILE.jsonl")
-    return [root / f for f in DEFAULT_FILES]
+    files = [PROMPT_DIR / f for f in DEFAULT_FILES]
+    missing = [f.name for f in files if not f.is_file()]
+    if missing:
+        raise FileNotFoundError(f"the default prompt suites ({', '.join(missing)}) are missing from {PROMPT_DIR} "
+                                "(a broken install?); reinstall lucebox or pass --prompts FILE.jsonl")
+    return files
 
 
 def load_suite(path: str | Path, limit: int | None = None) -> Suite:

@@ -22,6 +22,10 @@ from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_
 PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
 PREFILL_CHUNK = 512
 CTX_ROUND = 256
+# printed when no model was named and the package's own small pair runs, so its output is not taken
+# for what the product does
+DEMO_NOTICE = ("note: no model given, so this runs the embedded 7M-parameter demo pair (fast, not a useful model); "
+               "for the real one run `lucebox pull qwen3.5-27b` or pass --target/--draft")
 
 
 def _friendly_errors(fn):
@@ -131,6 +135,8 @@ def _resolve(target, draft, no_draft, mode):
     # AR needs no draft: skip loading it (memory, time), unless asked for explicitly
     use_draft = not no_draft and (mode != "ar" or draft is not None)
     models = resolve(target, draft, use_draft=use_draft)
+    if models.source == "embedded":
+        click.echo(DEMO_NOTICE, err=True)
     if mode in ("chain", "ddtree") and models.draft is None:
         raise ValueError(f"--mode {mode} needs a draft: pass --draft DIR (or set ${DRAFT_ENV})"
                          + (" and drop --no-draft" if no_draft else ""))
@@ -210,9 +216,13 @@ def _encode_prompt(tokenizer, text: str, system: str | None, raw: bool) -> list[
     return tokenizer.encode(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
 
 
-def _read_prompt(prompt, prompt_file) -> str:
-    if prompt is not None and prompt_file is not None:
-        raise click.UsageError("give --prompt or --prompt-file, not both")
+def _read_prompt(argument, prompt, prompt_file) -> str:
+    """The prompt from the PROMPT argument, --prompt, --prompt-file or stdin (exactly one of them)."""
+    given = [name for name, value in (("PROMPT", argument), ("--prompt", prompt), ("--prompt-file", prompt_file))
+             if value is not None]
+    if len(given) > 1:
+        raise click.UsageError(f"give {' or '.join(given)}, not {'both' if len(given) == 2 else 'all three'}")
+    prompt = argument if argument is not None else prompt
     if prompt_file is not None:
         try:
             with open(prompt_file, encoding="utf-8") as f:
@@ -223,7 +233,8 @@ def _read_prompt(prompt, prompt_file) -> str:
     if prompt is not None:
         return prompt
     if sys.stdin is None or sys.stdin.isatty():
-        raise click.UsageError("no prompt: pass --prompt TEXT, --prompt-file FILE, or pipe text on stdin")
+        raise click.UsageError("no prompt: pass it as an argument (or --prompt TEXT), --prompt-file FILE, "
+                               "or pipe text on stdin")
     data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
     try:
         text = data.decode("utf-8")
@@ -237,7 +248,9 @@ def _read_prompt(prompt, prompt_file) -> str:
 
 # --- commands ------------------------------------------------------------------------------
 @main.command()
-@click.option("-p", "--prompt", default=None, help="Prompt text (else --prompt-file, else stdin).")
+@click.argument("prompt_argument", metavar="[PROMPT]", required=False, default=None)
+@click.option("-p", "--prompt", default=None,
+              help="Prompt text, as the PROMPT argument (else --prompt-file, else stdin).")
 @click.option("--prompt-file", type=click.Path(dir_okay=False), default=None, help="Read the prompt from a file.")
 @_decode_options(n_gen_default=256)
 @_sampling_options("greedy")
@@ -246,11 +259,11 @@ def _read_prompt(prompt, prompt_file) -> str:
 @click.option("--stats", is_flag=True, help="Print AL, decode tok/s and prefill time to stderr.")
 @_model_options("Context tokens (default: fit the prompt + n_gen).")
 @_friendly_errors
-def run(prompt, prompt_file, n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, min_p,
-        repeat_penalty, presence_penalty, frequency_penalty, seed, raw, ignore_eos, stats,
+def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p,
+        min_p, repeat_penalty, presence_penalty, frequency_penalty, seed, raw, ignore_eos, stats,
         target, draft, no_draft, max_ctx, kv, device, threads):
-    """Generate a reply to one prompt, streaming text as tokens commit."""
-    text = _read_prompt(prompt, prompt_file)
+    """Generate a reply to PROMPT (or --prompt, --prompt-file, stdin), streaming text as tokens commit."""
+    text = _read_prompt(prompt_argument, prompt, prompt_file)
     models = _resolve(target, draft, no_draft, mode)
     tokenizer = _load_tokenizer(models)
     ids = _encode_prompt(tokenizer, text, system, raw)

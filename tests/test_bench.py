@@ -9,12 +9,22 @@ import pytest
 
 from lucebox import bench
 
-ROOT = Path(__file__).resolve().parent.parent
+
+def test_default_suites_ship_inside_the_package(monkeypatch, tmp_path):
+    # package data: `pip install .` ships everything under lucebox/, so an install finds them without
+    # the source tree
+    package_dir = Path(bench.__file__).resolve().parent
+    files = bench.default_prompt_files()
+    assert [f.name for f in files] == ["humaneval.jsonl", "math500.jsonl", "gsm8k.jsonl"]
+    for f in files:
+        assert f.is_file() and f.resolve().is_relative_to(package_dir)
+    monkeypatch.setattr(bench, "PROMPT_DIR", tmp_path)
+    with pytest.raises(FileNotFoundError, match=r"humaneval.jsonl.*pass --prompts"):
+        bench.default_prompt_files()
 
 
 def test_shipped_suites_are_the_public_ten_prompt_sets():
     files = bench.default_prompt_files()
-    assert [f.parent for f in files] == [ROOT / "benchmarks" / "prompts"] * 3
     suites = [bench.load_suite(f) for f in files]
     assert [s.name for s in suites] == ["HumanEval", "Math500", "GSM8K"]
     for suite in suites:

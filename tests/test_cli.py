@@ -12,7 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from lucebox import defaults, hub
-from lucebox.cli import main
+from lucebox.cli import DEMO_NOTICE, main
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -111,6 +111,16 @@ def test_prompt_and_prompt_file_conflict(no_models):
     assert result.exit_code == 2 and "not both" in result.output
 
 
+def test_prompt_given_twice_is_a_usage_error(no_models):
+    f = no_models / "p.txt"
+    f.write_text("hi")
+    for args in (["x", "--prompt", "y"], ["x", "--prompt-file", str(f)]):
+        result = CliRunner().invoke(main, ["run", *args])
+        assert result.exit_code == 2 and "PROMPT or --prompt" in result.output and "not both" in result.output
+    result = CliRunner().invoke(main, ["run", "x", "-p", "y", "--prompt-file", str(f)])
+    assert result.exit_code == 2 and "not all three" in result.output
+
+
 def test_empty_stdin_is_a_usage_error(no_models):
     result = CliRunner().invoke(main, ["run"], input="  \n")
     assert result.exit_code == 2 and "stdin is empty" in result.output
@@ -185,6 +195,7 @@ def test_serve_answers_on_loopback_with_the_embedded_pair():
         proc.wait(timeout=30)
     log = proc.stderr.read()
     assert "lucebox serve: target.gguf, ddtree, context 512" in log
+    assert DEMO_NOTICE in log
     assert "POST /v1/chat/completions 200 prompt=" in log and "Traceback" not in log
 
 
@@ -216,6 +227,12 @@ def test_run_streams_the_engine_output(tiny_pair, reference, mode):
     assert f"({mode})" in result.stderr and "tok/s" in result.stderr and "prefill" in result.stderr
     if mode != "ar":
         assert "AL " in result.stderr
+
+
+def test_run_takes_the_prompt_as_an_argument(tiny_pair, reference):
+    result = CliRunner().invoke(main, ["run", "Hello", "-n", "12", *_models(tiny_pair)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
 
 
 def test_run_system_and_raw(tiny_pair, reference):
@@ -264,6 +281,23 @@ def test_embedded_default_pair_is_used_without_flags(tiny_pair, reference, tmp_p
     result = CliRunner().invoke(main, ["run", "--prompt", "Hello", "-n", "12", "--device", "cpu"])
     assert result.exit_code == 0, result.output
     assert result.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
+    assert result.stderr.splitlines() == [DEMO_NOTICE]  # one line saying it is the demo pair
+    chat = CliRunner().invoke(main, ["chat", "-n", "4", "--device", "cpu"], input="")
+    assert chat.exit_code == 0, chat.output
+    assert chat.stderr.splitlines()[0] == DEMO_NOTICE
+    suite = tmp_path / "one.jsonl"
+    suite.write_text('{"prompt": "def fib(n):"}\n')
+    bench = CliRunner().invoke(main, ["bench", "--prompts", str(suite), "-n", "4", "--budgets", "4", "--device", "cpu",
+                                      "--json", str(tmp_path / "bench.json")])
+    assert bench.exit_code == 0, bench.output
+    assert bench.stderr.splitlines()[0] == DEMO_NOTICE
+    # a named target, or one from the environment, is no demo
+    named = CliRunner().invoke(main, ["run", "-p", "Hello", "-n", "2", "--target", str(tiny_pair[0]), "--no-draft",
+                                      "--device", "cpu"])
+    assert named.exit_code == 0 and DEMO_NOTICE not in named.stderr
+    monkeypatch.setenv(defaults.TARGET_ENV, str(tiny_pair[0]))
+    from_env = CliRunner().invoke(main, ["run", "-p", "Hello", "-n", "2", "--no-draft", "--device", "cpu"])
+    assert from_env.exit_code == 0 and DEMO_NOTICE not in from_env.stderr
 
 
 def test_chat_reads_lines_from_a_pipe(tiny_pair):

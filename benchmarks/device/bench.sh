@@ -6,8 +6,11 @@
 #   tree-op timings.
 #   bash benchmarks/device/bench.sh BUILD_DIR WORK_DIR OUT_DIR
 set -uo pipefail
-BUILD="$1"; WORK="$2"; OUT="$3"
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/benchmarks/usage.sh"
+help_if_asked "$0" "$@"
+[ $# -eq 3 ] || { print_usage "$0" >&2; exit 2; }
+BUILD="$1"; WORK="$2"; OUT="$3"
 cd "$ROOT"
 T="$WORK/synth-27b-q4_k_m.gguf"; D="$WORK/synth-27b-dflash"
 

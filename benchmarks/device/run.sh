@@ -6,6 +6,8 @@
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/benchmarks/usage.sh"
+help_if_asked "$0" "$@"
 cd "$ROOT"
 OUT="${OUT:-$ROOT/build/device-out}"
 mkdir -p "$OUT"

@@ -7,6 +7,8 @@
 # train_log.json, MODEL_CARD.md. Place target.gguf and draft/ under lucebox/models/default/.
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
+source "$ROOT/benchmarks/usage.sh"
+help_if_asked "$0" "$@"
 cd "$ROOT"
 OUT="${OUT:-$ROOT/build/tiny_pair}"
 mkdir -p "$OUT"

@@ -17,11 +17,12 @@ hash of (seed, q) alone, so AR, chain and DDTree at any budget emit the same tok
 from __future__ import annotations
 
 import secrets
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+
+from .penalty_window import fill_counts, tree_windows
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -155,12 +156,16 @@ class Sampler:
         """Row `row`'s penalty window: the last penalty_last_n tokens before the sampled position."""
         if not self.slots:
             return
-        counts = Counter(window[-self.penalty_last_n:])
-        toks, cnts = self.io.pen_tokens[row], self.io.pen_counts[row]
-        toks.fill(-1)
-        m = len(counts)
-        toks[:m] = list(counts.keys())
-        cnts[:m] = list(counts.values())
+        tail = np.asarray(window[-self.penalty_last_n:], np.int32).reshape(1, -1)
+        fill_counts(tail, self.io.pen_tokens[row:row + 1], self.io.pen_counts[row:row + 1])
+
+    def set_tree_windows(self, tree, history: Sequence[int]) -> None:
+        """Every node's penalty window: the committed `history`, then the node's ancestors and
+        itself (penalty_window.tree_windows), all rows in one pass."""
+        if not self.slots:
+            return
+        windows = tree_windows(tree.tokens, tree.parents, tree.depth, history, self.penalty_last_n)
+        fill_counts(windows, self.io.pen_tokens, self.io.pen_counts)
 
     def pick(self, row: int, position: int, fetch_row: Callable[[int, np.ndarray], np.ndarray]) -> int:
         """The token at absolute `position` from output row `row` of the last sampled call."""

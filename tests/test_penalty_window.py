@@ -62,3 +62,27 @@ def test_chain_deeper_than_the_window():
     assert sorted(windows[19].tolist()) == [26, 27, 28, 29]
     assert sorted(windows[1].tolist()) == [2, 3, 10, 11]
     assert sorted(windows[0].tolist()) == [1, 2, 3, 10]
+
+
+@pytest.mark.parametrize("n_nodes", [2, 3, 5, 17, 40])
+def test_chains_of_every_depth_against_the_path_definition(n_nodes):
+    """Deep chains exercise every doubling pass of the ancestor table."""
+    rng = np.random.default_rng(n_nodes)
+    tokens = rng.integers(0, 6, n_nodes).tolist()
+    tree = ddtree.tree_from_parents(tokens, [-1] + list(range(n_nodes - 1)))
+    history = rng.integers(0, 6, 30).tolist()
+    pen_tokens, pen_counts = np.zeros((n_nodes, 64), np.int32), np.zeros((n_nodes, 64), np.int32)
+    fill_counts(tree_windows(tree.tokens, tree.parents, tree.depth, history, 64), pen_tokens, pen_counts)
+    want = reference_windows(tokens, tree.parents.tolist(), history, 64)
+    assert rows_as_counters(pen_tokens, pen_counts, n_nodes) == want
+
+
+def test_vocabulary_smaller_than_the_window():
+    """Fewer slots (n_vocab) than window tokens: the distinct tokens still fit, packed per row."""
+    rng = np.random.default_rng(5)
+    tree = random_tree(rng, 12, n_vocab=5)
+    history = rng.integers(0, 5, 20).tolist()
+    pen_tokens, pen_counts = np.zeros((12, 5), np.int32), np.zeros((12, 5), np.int32)
+    fill_counts(tree_windows(tree.tokens, tree.parents, tree.depth, history, 16), pen_tokens, pen_counts)
+    want = reference_windows(tree.tokens.tolist(), tree.parents.tolist(), history, 16)
+    assert rows_as_counters(pen_tokens, pen_counts, 12) == want

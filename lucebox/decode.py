@@ -105,13 +105,4 @@ class Step:
     def _set_windows(self, tree: ddtree.Tree, history: list[int]) -> None:
         """Each node's penalty window: the committed tokens, then the node's own ancestors and itself
         (not its flat predecessors in the tree)."""
-        s = self.sampler
-        if not s.slots:
-            return
-        w = s.penalty_last_n
-        base = history[-w:]
-        paths: list[list[int]] = []
-        for i, (tok, par) in enumerate(zip(tree.tokens.tolist(), tree.parents.tolist())):
-            p = (paths[par] if par >= 0 else base) + [tok]
-            paths.append(p[-w:])
-            s.set_window(i, paths[i])
+        self.sampler.set_tree_windows(tree, history)

@@ -17,11 +17,12 @@ hash of (seed, q) alone, so AR, chain and DDTree at any budget emit the same tok
 from __future__ import annotations
 
 import secrets
-from collections import Counter
 from dataclasses import dataclass
 from typing import Callable, Sequence
 
 import numpy as np
+
+from .penalty_window import fill_counts, tree_windows
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -76,29 +77,38 @@ def draw(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processing, u:
     needs candidates past the trusted ones: fetch the whole row and call again with complete=True.
     """
     n = len(ids)
-    trusted = n if complete else int(np.count_nonzero(vals > vals[-1]))
+    # Candidates are sorted best first, so "the first k are trusted" (strictly better than the
+    # last, which a tie may hide behind) is one scalar compare: vals[k - 1] > vals[-1].
     if p.temperature == 0.0:  # greedy on the processed logits: the best, lowest id among equals
-        return int(ids[0]) if trusted > 0 else None
-    x = (vals.astype(np.float64) - float(vals[0])) / p.temperature  # log p_j - log p_0
-    if lse is None:
-        lse = float(np.log(np.sum(np.exp(x))))
+        return int(ids[0]) if complete or vals[0] > vals[-1] else None
     limit = None  # length of the kept prefix; None = not bounded yet (the whole vocabulary)
     if p.top_k > 0:
-        if p.top_k > trusted and not complete:
+        if not complete and (p.top_k >= n or not vals[p.top_k - 1] > vals[-1]):
             return None
-        limit = min(p.top_k, n)
-    probs = np.exp(x[:limit if limit is not None else trusted] - lse)
+        limit = kept = min(p.top_k, n)
+    else:
+        kept = n if complete else int(np.count_nonzero(vals > vals[-1]))
+    # x = log p_j - log p_0, only for the kept prefix (elementwise: the same values as on the whole row)
+    if lse is None:
+        x = (vals.astype(np.float64) - float(vals[0])) / p.temperature
+        lse = float(np.log(np.sum(np.exp(x))))
+        x = x[:kept]
+    else:
+        x = (vals[:kept].astype(np.float64) - float(vals[0])) / p.temperature
+    probs = np.exp(x - lse)
     if limit is not None:
         probs = probs / probs.sum()  # top-p and the draw see the top-k renormalised
+    cum = None  # cumsum(probs): sequential, so any prefix of it is the cumsum of that prefix
     if p.top_p < 1.0:
-        reach = int(np.searchsorted(np.cumsum(probs), p.top_p)) + 1  # smallest prefix with mass >= top_p
+        cum = np.cumsum(probs)
+        reach = int(np.searchsorted(cum, p.top_p)) + 1  # smallest prefix with mass >= top_p
         if reach > len(probs):
             if limit is None and not complete:
                 return None
             reach = len(probs)
         limit = reach
     if p.min_p > 0.0:
-        passing = int(np.count_nonzero(x[:len(probs)] >= np.log(p.min_p)))  # p_j >= min_p * p_max
+        passing = int(np.count_nonzero(x >= np.log(p.min_p)))  # p_j >= min_p * p_max
         if limit is None and passing == len(probs) and not complete:
             return None  # the next token might pass too
         limit = passing if limit is None else min(limit, passing)
@@ -106,10 +116,12 @@ def draw(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processing, u:
         # no filter: the draw runs over the whole vocabulary, candidates first
         i = int(np.searchsorted(np.cumsum(probs), u, side="right"))
         return int(ids[i]) if i < len(probs) else None
-    w = probs[:limit] if limit is not None else probs
-    cum = np.cumsum(w)
+    if cum is None:
+        cum = np.cumsum(probs)
+    if limit is not None:
+        cum = cum[:limit]
     i = int(np.searchsorted(cum, u * cum[-1], side="right"))
-    return int(ids[min(i, len(w) - 1)])
+    return int(ids[min(i, len(cum) - 1)])
 
 
 def sort_candidates(ids: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -155,12 +167,16 @@ class Sampler:
         """Row `row`'s penalty window: the last penalty_last_n tokens before the sampled position."""
         if not self.slots:
             return
-        counts = Counter(window[-self.penalty_last_n:])
-        toks, cnts = self.io.pen_tokens[row], self.io.pen_counts[row]
-        toks.fill(-1)
-        m = len(counts)
-        toks[:m] = list(counts.keys())
-        cnts[:m] = list(counts.values())
+        tail = np.asarray(window[-self.penalty_last_n:], np.int32).reshape(1, -1)
+        fill_counts(tail, self.io.pen_tokens[row:row + 1], self.io.pen_counts[row:row + 1])
+
+    def set_tree_windows(self, tree, history: Sequence[int]) -> None:
+        """Every node's penalty window: the committed `history`, then the node's ancestors and
+        itself (penalty_window.tree_windows), all rows in one pass."""
+        if not self.slots:
+            return
+        windows = tree_windows(tree.tokens, tree.parents, tree.depth, history, self.penalty_last_n)
+        fill_counts(windows, self.io.pen_tokens, self.io.pen_counts)
 
     def pick(self, row: int, position: int, fetch_row: Callable[[int, np.ndarray], np.ndarray]) -> int:
         """The token at absolute `position` from output row `row` of the last sampled call."""

@@ -1,4 +1,4 @@
-"""One decode step: draft -> tree -> verify -> accept -> commit (DESIGN.md, "What one decode step does").
+"""One decode step: draft -> tree -> verify -> accept -> commit.
 
 `Step.run` advances the caches by one step and says what it committed. Greedy (`sampler` None)
 accepts along the target's argmax per node; sampling accepts by sample-and-match: at each node on

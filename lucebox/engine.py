@@ -1,6 +1,6 @@
 """Engine: load once, then generate with AR, chain or DDTree speculative decoding.
 
-One decode step is five named stages (see DESIGN.md and decode.py): draft -> tree -> verify ->
+One decode step is five named stages (decode.py): draft -> tree -> verify ->
 accept -> commit, a fixed number of native calls on buffers allocated once. Speculative decoding is
 lossless: greedy, the committed tokens equal AR greedy decoding whatever the draft proposes; sampled
 (temperature > 0 or penalties), they equal AR sampling with the same seed (sampling.py).
@@ -84,6 +84,7 @@ class Engine:
         self.lock = threading.RLock()        # one request at a time (see the class docstring)
         self._epoch = 0                      # bumped by every call that takes the engine over
         self.last_stats: GenerationStats | None = None
+        self._last_generation: Generation | None = None  # the last finished (or cancelled) request
 
     # --- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
@@ -333,7 +334,7 @@ class Engine:
         self._last_generation = Generation(text=text, tokens=out, finish_reason=finish, stats=stats, seed=seed)
 
     @property
-    def last_generation(self) -> Generation:
+    def last_generation(self) -> Generation | None:
         return self._last_generation
 
     def _decode(self, last: int, gen: GenerationConfig, step: Step, stats: GenerationStats,

@@ -27,7 +27,6 @@ class StepResult:
     host_s: float = 0.0
 
 
-
 class Step:
     """The decode step of one request: its mode, drafter, options and sampler, on buffers made once."""
 

@@ -78,6 +78,9 @@ stage_mulmat() {
     done
     "$BUILD/top_k_check" 2>&1 | tee -a "$OUT/mul_mat_check_default.txt" | grep -E "FAIL|all ok" || rc=1
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
+    log "batch-invariant flash attention: tree == AR, prefill == one query, vs CPU, timings (attn_check)"
+    timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" ${LUCEBOX_ATTN_ARGS-bench} >"$OUT/attn_check.txt" 2>&1 || rc=1
+    grep -E "BAD|FAIL|all ok|^\|" "$OUT/attn_check.txt"
     return $rc
 }
 

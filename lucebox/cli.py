@@ -11,6 +11,7 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 import click
 
@@ -344,15 +345,17 @@ def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, mi
               help="Sampling seed (one seed per prompt: AR and speculative runs then match token for token).")
 @click.option("--stop-at-eos", is_flag=True, help="End a run at end-of-sequence (default: always n_gen tokens).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default="lucebox-bench.json",
-              show_default=True, help="Where to save the results.")
+              show_default=True, help="Where to save the results; the table (.md) and plot (.png) go next to it.")
 @_model_options("Context tokens (default: fit the longest prompt + n_gen).")
 @_friendly_errors
 def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temperature, seed, stop_at_eos, json_path,
           target, draft, no_draft, max_ctx, kv, device, threads):
-    """Benchmark AR vs DFlash + DDTree: markdown table on stdout, JSON saved."""
+    """Benchmark AR vs DFlash + DDTree: markdown table on stdout; JSON, table and plot saved."""
     from . import bench as B
 
     budget_list = B.parse_budgets(budgets)
+    if Path(json_path).suffix.lower() in (".md", ".png"):
+        raise ValueError(f"--json {json_path}: name a .json file; the table (.md) and plot (.png) are saved next to it")
     suites = [B.load_suite(p, n_prompts) for p in (prompt_files or B.default_prompt_files())]
     models = _resolve(target, draft, no_draft, "ddtree")
     if models.draft is None:
@@ -373,9 +376,18 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temp
         device_used = "cpu" if engine.info["device"] < 0 else f"cuda:{engine.info['device']}"
         result = B.stamp(result, target=str(models.target), draft=str(models.draft),
                          max_ctx=engine.info["max_ctx"], kv=kv, device=device_used)
-    B.save_json(result, json_path)
-    click.echo(B.to_markdown(result))
-    click.echo(f"saved {json_path}", err=True)
+    from .bench_plot import INSTALL_HINT, save_plot
+
+    table = B.to_markdown(result)
+    click.echo(table)
+    json_path = Path(json_path)
+    saved = [json_path, json_path.with_suffix(".md"), json_path.with_suffix(".png")]
+    B.save_json(result, saved[0])
+    saved[1].write_text(table + "\n")
+    if not save_plot(result, saved[2]):
+        click.echo(f"lucebox bench: plot skipped: matplotlib is not installed; {INSTALL_HINT}", err=True)
+        saved.pop()
+    click.echo(f"saved {', '.join(map(str, saved))}", err=True)
 
 
 @main.command()

@@ -62,66 +62,60 @@ def main():
 
 
 # --- shared options ------------------------------------------------------------------------
-def _model_options(max_ctx_help: str):
+def _options(*options):
+    """One decorator applying click options in the order listed (as --help shows them)."""
     def decorate(fn):
-        options = [
-            click.option("--target", type=click.Path(dir_okay=False),
-                         help="Target GGUF (else $LUCEBOX_TARGET, the pulled model, the embedded default)."),
-            click.option("--draft", type=click.Path(), help="DFlash draft folder (else $LUCEBOX_DRAFT or the pulled draft)."),
-            click.option("--no-draft", is_flag=True, help="Load no draft (AR decoding only)."),
-            click.option("--max-ctx", type=click.IntRange(16, MAX_CTX_LIMIT), default=None, help=max_ctx_help),
-            click.option("--kv", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache type."),
-            click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-            click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all)."),
-        ]
         for option in reversed(options):
             fn = option(fn)
         return fn
     return decorate
+
+
+def _model_options(max_ctx_help: str):
+    return _options(
+        click.option("--target", type=click.Path(dir_okay=False),
+                     help="Target GGUF (else $LUCEBOX_TARGET, the pulled model, the embedded default)."),
+        click.option("--draft", type=click.Path(), help="DFlash draft folder (else $LUCEBOX_DRAFT or the pulled draft)."),
+        click.option("--no-draft", is_flag=True, help="Load no draft (AR decoding only)."),
+        click.option("--max-ctx", type=click.IntRange(16, MAX_CTX_LIMIT), default=None, help=max_ctx_help),
+        click.option("--kv", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache type."),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+        click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all)."),
+    )
 
 
 def _decode_options(n_gen_default: int):
-    def decorate(fn):
-        options = [
-            click.option("-n", "--n-gen", type=click.IntRange(1, MAX_NEW_TOKENS), default=n_gen_default, show_default=True,
-                         help="Most tokens to generate."),
-            click.option("--mode", type=click.Choice(["ar", "chain", "ddtree"]), default=None,
-                         help="Decoding: ddtree when a draft is loaded, else ar."),
-            click.option("--budget", type=click.IntRange(1, MAX_BUDGET), default=DEFAULT_BUDGET, show_default=True,
-                         help="DDTree draft nodes per step."),
-            click.option("--draft-top-k", type=click.IntRange(1, MAX_DRAFT_TOP_K), default=DEFAULT_DRAFT_TOP_K,
-                         show_default=True, help="Draft candidates per block position (DDTree)."),
-            click.option("--system", default=None, help="System message (chat template)."),
-        ]
-        for option in reversed(options):
-            fn = option(fn)
-        return fn
-    return decorate
+    return _options(
+        click.option("-n", "--n-gen", type=click.IntRange(1, MAX_NEW_TOKENS), default=n_gen_default, show_default=True,
+                     help="Most tokens to generate."),
+        click.option("--mode", type=click.Choice(["ar", "chain", "ddtree"]), default=None,
+                     help="Decoding: ddtree when a draft is loaded, else ar."),
+        click.option("--budget", type=click.IntRange(1, MAX_BUDGET), default=DEFAULT_BUDGET, show_default=True,
+                     help="DDTree draft nodes per step."),
+        click.option("--draft-top-k", type=click.IntRange(1, MAX_DRAFT_TOP_K), default=DEFAULT_DRAFT_TOP_K,
+                     show_default=True, help="Draft candidates per block position (DDTree)."),
+        click.option("--system", default=None, help="System message (chat template)."),
+    )
 
 
 def _sampling_options(defaults_from: str):
     """--temperature/--temp ... --seed; unset options are None (the command fills in its defaults)."""
-    def decorate(fn):
-        options = [
-            click.option("--temperature", "--temp", "temperature", type=click.FloatRange(min=0.0), default=None,
-                         help=f"Sampling temperature; 0 = greedy (default: {defaults_from})."),
-            click.option("--top-k", "top_k", type=click.IntRange(min=0), default=None,
-                         help="Sample among the k most likely tokens; 0 = off."),
-            click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=None,
-                         help="Nucleus sampling: the smallest set with this much probability; 1 = off."),
-            click.option("--min-p", type=click.FloatRange(min=0.0, max=1.0), default=None,
-                         help="Drop tokens below min_p x the top token's probability; 0 = off."),
-            click.option("--repeat-penalty", type=click.FloatRange(min=0.0, min_open=True), default=None,
-                         help="Penalise tokens of the last 64 (llama.cpp's rule); 1 = off."),
-            click.option("--presence-penalty", type=float, default=None, help="Subtract from seen tokens' logits."),
-            click.option("--frequency-penalty", type=float, default=None, help="Subtract count x this from logits."),
-            click.option("--seed", type=click.IntRange(min=0, max=2 ** 64 - 1), default=None,
-                         help="Sampling seed: one seed gives the same text in every mode (default: random)."),
-        ]
-        for option in reversed(options):
-            fn = option(fn)
-        return fn
-    return decorate
+    return _options(
+        click.option("--temperature", "--temp", "temperature", type=click.FloatRange(min=0.0), default=None,
+                     help=f"Sampling temperature; 0 = greedy (default: {defaults_from})."),
+        click.option("--top-k", "top_k", type=click.IntRange(min=0), default=None,
+                     help="Sample among the k most likely tokens; 0 = off."),
+        click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=None,
+                     help="Nucleus sampling: the smallest set with this much probability; 1 = off."),
+        click.option("--min-p", type=click.FloatRange(min=0.0, max=1.0), default=None,
+                     help="Drop tokens below min_p x the top token's probability; 0 = off."),
+        click.option("--repeat-penalty", type=click.FloatRange(min=0.0, min_open=True), default=None,
+                     help="Penalise tokens of the last 64 (llama.cpp's rule); 1 = off."),
+        click.option("--presence-penalty", type=float, default=None, help="Subtract from seen tokens' logits."),
+        click.option("--frequency-penalty", type=float, default=None, help="Subtract count x this from logits."),
+        click.option("--seed", type=click.IntRange(min=0, max=2 ** 64 - 1), default=None,
+                     help="Sampling seed: one seed gives the same text in every mode (default: random)."),
+    )
 
 
 def _given(**values) -> dict:

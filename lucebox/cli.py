@@ -16,6 +16,7 @@ from pathlib import Path
 import click
 
 from . import __version__
+from .defaults import demo_notice
 from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT,
                      DEFAULT_PREFIX_CACHE_GB, DEFAULT_SERVE_MAX_CTX, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
                      MAX_NEW_TOKENS, MAX_TREE)
@@ -23,10 +24,7 @@ from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_
 PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
 PREFILL_CHUNK = 512
 CTX_ROUND = 256
-# printed when no model was named and the package's own small pair runs, so its output is not taken
-# for what the product does
-DEMO_NOTICE = ("note: no model given, so this runs the embedded 7M-parameter demo pair (fast, not a useful model); "
-               "for the real one run `lucebox pull qwen3.5-27b` or pass --target/--draft")
+DEMO_NOTICE = demo_notice("pass --target/--draft")
 
 
 def _friendly_errors(fn):
@@ -186,18 +184,16 @@ def _prefill_with_progress(engine, ids: list[int]) -> float:
 
     The engine reuses a cached prefix, so the generation that follows prefills nothing again.
     """
+    import time
+
     from tqdm import tqdm
 
     if len(ids) < PREFILL_BAR_MIN or not sys.stderr.isatty():
         return 0.0
-    spent = 0.0
+    t0 = time.perf_counter()
     with tqdm(total=len(ids), desc="prefill", unit="tok", file=sys.stderr, leave=False) as bar:
-        for end in range(PREFILL_CHUNK, len(ids) + PREFILL_CHUNK, PREFILL_CHUNK):
-            end = min(end, len(ids))
-            engine.generate(ids[:end], 1, mode="ar", ignore_eos=True)
-            spent += engine.last_stats.prefill_s
-            bar.update(end - bar.n)
-    return spent
+        engine.prefill(ids, progress=lambda done, total: bar.update(done - bar.n), chunk_tokens=PREFILL_CHUNK)
+    return time.perf_counter() - t0
 
 
 def _encode_prompt(tokenizer, text: str, system: str | None, raw: bool) -> list[int]:

@@ -1,6 +1,8 @@
 // layers.cpp: see layers.hpp.
 #include "layers.hpp"
 
+#include <algorithm>
+
 #include "error.hpp"
 #include "matmul.hpp"
 

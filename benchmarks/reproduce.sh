@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Reproduce the public table: HumanEval / Math500 / GSM8K, 10 prompts each, n_gen 256, concurrency 1,
-# AR vs DFlash+DDTree (budget 22): tok/s, AL, speedup. Markdown on stdout, JSON + .md saved.
+# AR vs DFlash+DDTree (budget 22): tok/s, AL, speedup. Markdown on stdout; JSON, .md and a .png plot
+# (with matplotlib: pip install 'lucebox[plot]') saved.
 #   bash benchmarks/reproduce.sh [--sweep] [lucebox bench options, e.g. --kv q8_0 --device cuda:0]
 # --sweep adds the budget sweep 1,8,16,22,32 with chain vs tree; the other options: `lucebox bench --help`.
 # Models: --target/--draft, else $LUCEBOX_TARGET/$LUCEBOX_DRAFT, else the 27B pair from `lucebox pull`
@@ -33,17 +34,13 @@ fi
 
 mkdir -p "$OUT"
 
-# run NAME BENCH_OPTIONS...: the table goes to NAME-STAMP.md (written only when the run succeeds); the
-# suites are lucebox bench's defaults (lucebox/prompts/, shipped with the package)
+# run NAME BENCH_OPTIONS...: lucebox bench saves NAME-STAMP.json, .md and .png (written only when the run
+# succeeds); the suites are its defaults (lucebox/prompts/, shipped with the package)
 run() {
     local name="$1"
     shift
-    "${LB[@]}" bench --n-prompts 10 --n-gen 256 --json "$OUT/$name-$STAMP.json" \
-        "$@" "${args[@]+"${args[@]}"}" >"$OUT/$name-$STAMP.md.part"
-    mv "$OUT/$name-$STAMP.md.part" "$OUT/$name-$STAMP.md"
-    cat "$OUT/$name-$STAMP.md"
+    "${LB[@]}" bench --n-prompts 10 --n-gen 256 --json "$OUT/$name-$STAMP.json" "$@" "${args[@]+"${args[@]}"}"
 }
-trap 'rm -f "$OUT"/*-"$STAMP".md.part' EXIT
 
 echo "## AR vs DFlash+DDTree (n_gen 256, budget 22)"
 run public --budgets 22

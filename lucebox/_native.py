@@ -41,36 +41,26 @@ class LibraryNotFound(RuntimeError):
     pass
 
 
+_i32p = ctypes.POINTER(ctypes.c_int32)
+_f32p = ctypes.POINTER(ctypes.c_float)
+
+
+def _fields(ctype, *names: str) -> list:
+    """ctypes fields for a run of struct members of one C type, in header order."""
+    return [(name, ctype) for name in names]
+
+
 # typedef struct lb_params { ... } lb_params;
 class Params(ctypes.Structure):
-    _fields_ = [
-        ("target_path", ctypes.c_char_p),
-        ("draft_path", ctypes.c_char_p),
-        ("max_ctx", ctypes.c_int32),
-        ("kv_type", ctypes.c_int32),
-        ("device", ctypes.c_int32),
-        ("n_threads", ctypes.c_int32),
-        ("ubatch", ctypes.c_int32),
-        ("max_tree", ctypes.c_int32),
-        ("log_level", ctypes.c_int32),
-        ("batch_invariant", ctypes.c_int32),
-    ]
+    _fields_ = (_fields(ctypes.c_char_p, "target_path", "draft_path")
+                + _fields(ctypes.c_int32, "max_ctx", "kv_type", "device", "n_threads", "ubatch", "max_tree",
+                          "log_level", "batch_invariant"))
 
 
 # typedef struct lb_model_info { ... } lb_model_info;
 class ModelInfo(ctypes.Structure):
-    _fields_ = [
-        ("n_vocab", ctypes.c_int32),
-        ("n_embd", ctypes.c_int32),
-        ("n_layer", ctypes.c_int32),
-        ("max_ctx", ctypes.c_int32),
-        ("n_past", ctypes.c_int32),
-        ("has_draft", ctypes.c_int32),
-        ("block_size", ctypes.c_int32),
-        ("mask_token_id", ctypes.c_int32),
-        ("max_tree", ctypes.c_int32),
-        ("device", ctypes.c_int32),
-    ]
+    _fields_ = _fields(ctypes.c_int32, "n_vocab", "n_embd", "n_layer", "max_ctx", "n_past", "has_draft", "block_size",
+                       "mask_token_id", "max_tree", "device")
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name, _ in self._fields_}
@@ -78,26 +68,14 @@ class ModelInfo(ctypes.Structure):
 
 # typedef struct lb_sampling { ... } lb_sampling;
 class Sampling(ctypes.Structure):
-    _fields_ = [
-        ("temperature", ctypes.c_float),
-        ("repeat_penalty", ctypes.c_float),
-        ("presence_penalty", ctypes.c_float),
-        ("frequency_penalty", ctypes.c_float),
-        ("n_candidates", ctypes.c_int32),
-        ("penalty_slots", ctypes.c_int32),
-        ("pen_tokens", ctypes.POINTER(ctypes.c_int32)),
-        ("pen_counts", ctypes.POINTER(ctypes.c_int32)),
-        ("cand_ids", ctypes.POINTER(ctypes.c_int32)),
-        ("cand_logits", ctypes.POINTER(ctypes.c_float)),
-        ("row_max", ctypes.POINTER(ctypes.c_float)),
-        ("row_lse", ctypes.POINTER(ctypes.c_float)),
-        ("rows_cap", ctypes.c_int64),
-    ]
+    _fields_ = (_fields(ctypes.c_float, "temperature", "repeat_penalty", "presence_penalty", "frequency_penalty")
+                + _fields(ctypes.c_int32, "n_candidates", "penalty_slots")
+                + _fields(_i32p, "pen_tokens", "pen_counts", "cand_ids")
+                + _fields(_f32p, "cand_logits", "row_max", "row_lse")
+                + _fields(ctypes.c_int64, "rows_cap"))
 
 
 _engine_p = ctypes.c_void_p
-_i32p = ctypes.POINTER(ctypes.c_int32)
-_f32p = ctypes.POINTER(ctypes.c_float)
 
 # (name, restype, argtypes) in header order.
 _PROTOTYPES = [

@@ -11,10 +11,12 @@ import os
 import sys
 import threading
 from contextlib import contextmanager
+from pathlib import Path
 
 import click
 
 from . import __version__
+from .defaults import demo_notice
 from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT,
                      DEFAULT_PREFIX_CACHE_GB, DEFAULT_SERVE_MAX_CTX, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
                      MAX_NEW_TOKENS, MAX_TREE)
@@ -22,10 +24,7 @@ from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_
 PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
 PREFILL_CHUNK = 512
 CTX_ROUND = 256
-# printed when no model was named and the package's own small pair runs, so its output is not taken
-# for what the product does
-DEMO_NOTICE = ("note: no model given, so this runs the embedded 7M-parameter demo pair (fast, not a useful model); "
-               "for the real one run `lucebox pull qwen3.5-27b` or pass --target/--draft")
+DEMO_NOTICE = demo_notice("pass --target/--draft")
 
 
 def _friendly_errors(fn):
@@ -61,66 +60,60 @@ def main():
 
 
 # --- shared options ------------------------------------------------------------------------
-def _model_options(max_ctx_help: str):
+def _options(*options):
+    """One decorator applying click options in the order listed (as --help shows them)."""
     def decorate(fn):
-        options = [
-            click.option("--target", type=click.Path(dir_okay=False),
-                         help="Target GGUF (else $LUCEBOX_TARGET, the pulled model, the embedded default)."),
-            click.option("--draft", type=click.Path(), help="DFlash draft folder (else $LUCEBOX_DRAFT or the pulled draft)."),
-            click.option("--no-draft", is_flag=True, help="Load no draft (AR decoding only)."),
-            click.option("--max-ctx", type=click.IntRange(16, MAX_CTX_LIMIT), default=None, help=max_ctx_help),
-            click.option("--kv", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache type."),
-            click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-            click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all)."),
-        ]
         for option in reversed(options):
             fn = option(fn)
         return fn
     return decorate
+
+
+def _model_options(max_ctx_help: str):
+    return _options(
+        click.option("--target", type=click.Path(dir_okay=False),
+                     help="Target GGUF (else $LUCEBOX_TARGET, the pulled model, the embedded default)."),
+        click.option("--draft", type=click.Path(), help="DFlash draft folder (else $LUCEBOX_DRAFT or the pulled draft)."),
+        click.option("--no-draft", is_flag=True, help="Load no draft (AR decoding only)."),
+        click.option("--max-ctx", type=click.IntRange(16, MAX_CTX_LIMIT), default=None, help=max_ctx_help),
+        click.option("--kv", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache type."),
+        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
+        click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all)."),
+    )
 
 
 def _decode_options(n_gen_default: int):
-    def decorate(fn):
-        options = [
-            click.option("-n", "--n-gen", type=click.IntRange(1, MAX_NEW_TOKENS), default=n_gen_default, show_default=True,
-                         help="Most tokens to generate."),
-            click.option("--mode", type=click.Choice(["ar", "chain", "ddtree"]), default=None,
-                         help="Decoding: ddtree when a draft is loaded, else ar."),
-            click.option("--budget", type=click.IntRange(1, MAX_BUDGET), default=DEFAULT_BUDGET, show_default=True,
-                         help="DDTree draft nodes per step."),
-            click.option("--draft-top-k", type=click.IntRange(1, MAX_DRAFT_TOP_K), default=DEFAULT_DRAFT_TOP_K,
-                         show_default=True, help="Draft candidates per block position (DDTree)."),
-            click.option("--system", default=None, help="System message (chat template)."),
-        ]
-        for option in reversed(options):
-            fn = option(fn)
-        return fn
-    return decorate
+    return _options(
+        click.option("-n", "--n-gen", type=click.IntRange(1, MAX_NEW_TOKENS), default=n_gen_default, show_default=True,
+                     help="Most tokens to generate."),
+        click.option("--mode", type=click.Choice(["ar", "chain", "ddtree"]), default=None,
+                     help="Decoding: ddtree when a draft is loaded, else ar."),
+        click.option("--budget", type=click.IntRange(1, MAX_BUDGET), default=DEFAULT_BUDGET, show_default=True,
+                     help="DDTree draft nodes per step."),
+        click.option("--draft-top-k", type=click.IntRange(1, MAX_DRAFT_TOP_K), default=DEFAULT_DRAFT_TOP_K,
+                     show_default=True, help="Draft candidates per block position (DDTree)."),
+        click.option("--system", default=None, help="System message (chat template)."),
+    )
 
 
 def _sampling_options(defaults_from: str):
     """--temperature/--temp ... --seed; unset options are None (the command fills in its defaults)."""
-    def decorate(fn):
-        options = [
-            click.option("--temperature", "--temp", "temperature", type=click.FloatRange(min=0.0), default=None,
-                         help=f"Sampling temperature; 0 = greedy (default: {defaults_from})."),
-            click.option("--top-k", "top_k", type=click.IntRange(min=0), default=None,
-                         help="Sample among the k most likely tokens; 0 = off."),
-            click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=None,
-                         help="Nucleus sampling: the smallest set with this much probability; 1 = off."),
-            click.option("--min-p", type=click.FloatRange(min=0.0, max=1.0), default=None,
-                         help="Drop tokens below min_p x the top token's probability; 0 = off."),
-            click.option("--repeat-penalty", type=click.FloatRange(min=0.0, min_open=True), default=None,
-                         help="Penalise tokens of the last 64 (llama.cpp's rule); 1 = off."),
-            click.option("--presence-penalty", type=float, default=None, help="Subtract from seen tokens' logits."),
-            click.option("--frequency-penalty", type=float, default=None, help="Subtract count x this from logits."),
-            click.option("--seed", type=click.IntRange(min=0, max=2 ** 64 - 1), default=None,
-                         help="Sampling seed: one seed gives the same text in every mode (default: random)."),
-        ]
-        for option in reversed(options):
-            fn = option(fn)
-        return fn
-    return decorate
+    return _options(
+        click.option("--temperature", "--temp", "temperature", type=click.FloatRange(min=0.0), default=None,
+                     help=f"Sampling temperature; 0 = greedy (default: {defaults_from})."),
+        click.option("--top-k", "top_k", type=click.IntRange(min=0), default=None,
+                     help="Sample among the k most likely tokens; 0 = off."),
+        click.option("--top-p", type=click.FloatRange(min=0.0, max=1.0, min_open=True), default=None,
+                     help="Nucleus sampling: the smallest set with this much probability; 1 = off."),
+        click.option("--min-p", type=click.FloatRange(min=0.0, max=1.0), default=None,
+                     help="Drop tokens below min_p x the top token's probability; 0 = off."),
+        click.option("--repeat-penalty", type=click.FloatRange(min=0.0, min_open=True), default=None,
+                     help="Penalise tokens of the last 64 (llama.cpp's rule); 1 = off."),
+        click.option("--presence-penalty", type=float, default=None, help="Subtract from seen tokens' logits."),
+        click.option("--frequency-penalty", type=float, default=None, help="Subtract count x this from logits."),
+        click.option("--seed", type=click.IntRange(min=0, max=2 ** 64 - 1), default=None,
+                     help="Sampling seed: one seed gives the same text in every mode (default: random)."),
+    )
 
 
 def _given(**values) -> dict:
@@ -191,18 +184,16 @@ def _prefill_with_progress(engine, ids: list[int]) -> float:
 
     The engine reuses a cached prefix, so the generation that follows prefills nothing again.
     """
+    import time
+
     from tqdm import tqdm
 
     if len(ids) < PREFILL_BAR_MIN or not sys.stderr.isatty():
         return 0.0
-    spent = 0.0
+    t0 = time.perf_counter()
     with tqdm(total=len(ids), desc="prefill", unit="tok", file=sys.stderr, leave=False) as bar:
-        for end in range(PREFILL_CHUNK, len(ids) + PREFILL_CHUNK, PREFILL_CHUNK):
-            end = min(end, len(ids))
-            engine.generate(ids[:end], 1, mode="ar", ignore_eos=True)
-            spent += engine.last_stats.prefill_s
-            bar.update(end - bar.n)
-    return spent
+        engine.prefill(ids, progress=lambda done, total: bar.update(done - bar.n), chunk_tokens=PREFILL_CHUNK)
+    return time.perf_counter() - t0
 
 
 def _encode_prompt(tokenizer, text: str, system: str | None, raw: bool) -> list[int]:
@@ -344,15 +335,17 @@ def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, mi
               help="Sampling seed (one seed per prompt: AR and speculative runs then match token for token).")
 @click.option("--stop-at-eos", is_flag=True, help="End a run at end-of-sequence (default: always n_gen tokens).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default="lucebox-bench.json",
-              show_default=True, help="Where to save the results.")
+              show_default=True, help="Where to save the results; the table (.md) and plot (.png) go next to it.")
 @_model_options("Context tokens (default: fit the longest prompt + n_gen).")
 @_friendly_errors
 def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temperature, seed, stop_at_eos, json_path,
           target, draft, no_draft, max_ctx, kv, device, threads):
-    """Benchmark AR vs DFlash + DDTree: markdown table on stdout, JSON saved."""
+    """Benchmark AR vs DFlash + DDTree: markdown table on stdout; JSON, table and plot saved."""
     from . import bench as B
 
     budget_list = B.parse_budgets(budgets)
+    if Path(json_path).suffix.lower() in (".md", ".png"):
+        raise ValueError(f"--json {json_path}: name a .json file; the table (.md) and plot (.png) are saved next to it")
     suites = [B.load_suite(p, n_prompts) for p in (prompt_files or B.default_prompt_files())]
     models = _resolve(target, draft, no_draft, "ddtree")
     if models.draft is None:
@@ -373,9 +366,18 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temp
         device_used = "cpu" if engine.info["device"] < 0 else f"cuda:{engine.info['device']}"
         result = B.stamp(result, target=str(models.target), draft=str(models.draft),
                          max_ctx=engine.info["max_ctx"], kv=kv, device=device_used)
-    B.save_json(result, json_path)
-    click.echo(B.to_markdown(result))
-    click.echo(f"saved {json_path}", err=True)
+    from .bench_plot import INSTALL_HINT, save_plot
+
+    table = B.to_markdown(result)
+    click.echo(table)
+    json_path = Path(json_path)
+    saved = [json_path, json_path.with_suffix(".md"), json_path.with_suffix(".png")]
+    B.save_json(result, saved[0])
+    saved[1].write_text(table + "\n")
+    if not save_plot(result, saved[2]):
+        click.echo(f"lucebox bench: plot skipped: matplotlib is not installed; {INSTALL_HINT}", err=True)
+        saved.pop()
+    click.echo(f"saved {', '.join(map(str, saved))}", err=True)
 
 
 @main.command()

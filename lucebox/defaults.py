@@ -18,6 +18,13 @@ EMBEDDED_DIR = Path(__file__).resolve().parent / "models" / "default"
 MISSING_MESSAGE = "no model given and the embedded default is missing; pass --target or run `lucebox pull`"
 
 
+def demo_notice(how_to_name_one: str) -> str:
+    """One line for when no model was named and the package's own small pair runs, so its output is
+    not taken for what the product does."""
+    return ("note: no model given, so this runs the embedded 7M-parameter demo pair (fast, not a useful model); "
+            f"for the real one run `lucebox pull qwen3.5-27b` or {how_to_name_one}")
+
+
 @dataclass(frozen=True)
 class ResolvedModels:
     target: Path

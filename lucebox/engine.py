@@ -12,7 +12,7 @@ import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator, Sequence
+from typing import Callable, Iterator, Sequence
 
 import numpy as np
 
@@ -63,9 +63,11 @@ class Engine:
 
     def __init__(self, target: str | Path | None = None, draft: str | Path | None = None, *,
                  config: EngineConfig | None = None, tokenizer=None, **options):
+        """target: a GGUF path; None picks what `lucebox run` would: $LUCEBOX_TARGET (and
+        $LUCEBOX_DRAFT), the pair `lucebox pull` fetched, else the embedded demo pair (with a warning)."""
         if config is None:
             if target is None:
-                raise ValueError("Engine needs a target GGUF path (or config=EngineConfig(...))")
+                target, draft = _default_models(draft)
             config = EngineConfig(target=target, draft=draft, **options)
         self.config = config
         if not config.target.is_file():
@@ -85,6 +87,17 @@ class Engine:
         self._epoch = 0                      # bumped by every call that takes the engine over
         self.last_stats: GenerationStats | None = None
         self._last_generation: Generation | None = None  # the last finished (or cancelled) request
+
+    @classmethod
+    def from_pretrained(cls, name: str = "qwen3.5-27b", *, cache_dir=None, **options) -> "Engine":
+        """The pair `lucebox pull NAME` fetched into the Hugging Face cache ("qwen3.5-27b", "qwen3.6-27b");
+        options as for Engine(). FileNotFoundError (one line) when it has not been pulled."""
+        from . import hub
+
+        files = hub.cached(hub.spec_for(name), cache_dir)
+        if files is None:
+            raise FileNotFoundError(f"{name} is not in the Hugging Face cache; fetch it with `lucebox pull {name}`")
+        return cls(files.target, files.draft, **options)
 
     # --- lifetime -------------------------------------------------------------------------
     def close(self) -> None:
@@ -207,13 +220,25 @@ class Engine:
         stats.prompt_tokens = len(new)
         return first
 
-    def prefill(self, prompt) -> int:
+    def prefill(self, prompt, progress: Callable[[int, int], None] | None = None, chunk_tokens: int = 512) -> int:
         """Bring the caches to `prompt` (reusing the cached prefix); returns the next token.
-        A generate() on the same prompt afterwards prefills nothing."""
+        A generate() on the same prompt afterwards prefills nothing.
+
+        progress(done, total): called after each `chunk_tokens` of the prompt are in the caches (a
+        progress bar for long prompts); the caches end the same either way (batch-invariant kernels)."""
         ids = self.encode_prompt(prompt)
+        if progress is not None and chunk_tokens < 1:
+            raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
         with self.lock:
             self._epoch += 1  # a paused stream must not continue from these caches
-            return self._transaction(self._prefill, ids, GenerationStats(mode="ar"))
+            if progress is None:
+                return self._transaction(self._prefill, ids, GenerationStats(mode="ar"))
+            reused = len(self._cache_tokens) if ids[:len(self._cache_tokens)] == self._cache_tokens else 0
+            ends = list(range(reused + chunk_tokens, len(ids), chunk_tokens)) + [len(ids)]
+            for end in ends:
+                first = self._transaction(self._prefill, ids[:end], GenerationStats(mode="ar"))
+                progress(end, len(ids))
+            return first
 
     @property
     def cached_tokens(self) -> tuple[int, ...]:
@@ -362,6 +387,18 @@ class Engine:
             stats.record_step(len(r.committed))
             emitted += len(r.committed)
             yield r.committed[1:] + [last]
+
+
+def _default_models(draft) -> tuple[Path, Path | None]:
+    """Engine()'s target and draft when no target is named: the CLI's order (defaults.resolve)."""
+    import warnings
+
+    from .defaults import demo_notice, resolve
+
+    models = resolve(None, draft)
+    if models.source == "embedded":
+        warnings.warn(demo_notice("pass a GGUF path: Engine(target, draft=...)"), stacklevel=3)
+    return models.target, models.draft
 
 
 def _find_stop(text: str, stops: Sequence[str], new_from: int) -> int | None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from urllib.parse import unquote
 
 
@@ -70,3 +71,16 @@ class FakeHub:
         req.send_header("X-Error-Code", code)
         req.send_header("Content-Length", "0")
         req.end_headers()
+
+
+def fill_cache(cache: Path, repos: dict[str, dict[str, bytes]]) -> None:
+    """Lay files out in `cache` the way huggingface_hub does: snapshots/<commit>/<file> + refs/main."""
+    for repo, files in repos.items():
+        root = cache / ("models--" + repo.replace("/", "--"))
+        commit = "c" * 40
+        (root / "refs").mkdir(parents=True, exist_ok=True)
+        (root / "refs" / "main").write_text(commit)
+        for name, data in files.items():
+            path = root / "snapshots" / commit / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)

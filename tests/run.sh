@@ -16,10 +16,13 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 PY="$VENV/bin/python"
 if [ "${LUCEBOX_SKIP_INSTALL:-0}" != 1 ]; then
-    # torch 2.13.0 CPU is what the test oracles need (transformers' Qwen3.5, the dflash draft).
+    # torch 2.13.0 CPU is what the test oracles need (transformers' Qwen3.5, the dflash draft);
+    # gguf and safetensors are test-only (pyproject's `test` extra): the package reads both formats itself;
+    # matplotlib is the `plot` extra (bench's PNG).
     "$PY" -m pip install -q --upgrade pip
-    "$PY" -m pip install -q "torch==2.13.0" "transformers==5.23.0" numpy gguf safetensors huggingface_hub \
-        tokenizers click tqdm jinja2 fastapi uvicorn pytest hypothesis openai anthropic httpx
+    "$PY" -m pip install -q "torch==2.13.0" "transformers==5.23.0" numpy huggingface_hub \
+        tokenizers click tqdm jinja2 fastapi uvicorn pytest hypothesis openai anthropic httpx gguf safetensors \
+        matplotlib
     # dflash pins heavyweight extras it does not need for its model code.
     "$PY" -m pip install -q --no-deps "dflash==0.1.0"
 fi

@@ -2,12 +2,15 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
-from lucebox import bench
+from lucebox import bench, bench_plot
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 def test_default_suites_ship_inside_the_package(monkeypatch, tmp_path):
@@ -54,6 +57,14 @@ def test_parse_budgets():
     for bad in ("", "0", "8,x", "-1"):
         with pytest.raises(ValueError):
             bench.parse_budgets(bad)
+
+
+def bench_plot_available() -> bool:
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def _fake_result(runs_per_suite):
@@ -111,6 +122,36 @@ def test_save_json_round_trips(tmp_path):
     assert loaded["suites"] == result["suites"]
 
 
+def _with_histograms(result):
+    for suite, hists in zip(result["suites"], ([[0, 2, 1], [0, 0, 3]], [[0, 1], [0, 4, 0, 1]])):
+        for run, hist in zip(suite["runs"], hists):
+            run["al_histogram"] = hist
+    return result
+
+
+def test_accept_length_shares_pool_suites_per_run():
+    shares = bench_plot.accept_length_shares(_with_histograms(_fake_result([("ddtree", 22), ("chain", 22)])))
+    assert shares == {"DFlash+DDTree b22": [0.0, 3 / 4, 1 / 4],
+                      "DFlash chain b22": [0.0, 4 / 8, 3 / 8, 1 / 8]}
+
+
+def test_plot_is_a_png_of_both_panels(tmp_path):
+    pytest.importorskip("matplotlib")  # tests/run.sh installs it (the `plot` extra)
+    import matplotlib.image
+
+    path = tmp_path / "bench.png"
+    assert bench_plot.save_plot(_with_histograms(_fake_result([("ddtree", 22), ("chain", 22)])), path)
+    assert path.read_bytes().startswith(PNG_MAGIC)
+    assert matplotlib.image.imread(path).shape[:2] == (450, 1200)  # figsize 12 x 4.5 at 100 dpi
+
+
+def test_plot_without_matplotlib_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # `import matplotlib` raises ImportError
+    path = tmp_path / "bench.png"
+    assert bench_plot.save_plot(_fake_result([("ddtree", 22)]), path) is False
+    assert not path.exists()
+
+
 # --- on the tiny models ----------------------------------------------------------------------
 def test_bench_cli_on_tiny_models(tiny_pair, tmp_path):
     from click.testing import CliRunner
@@ -126,6 +167,11 @@ def test_bench_cli_on_tiny_models(tiny_pair, tmp_path):
     assert [row.split("|")[1].strip() for row in table[2:]] == ["HumanEval", "Math500", "GSM8K"]
     data = json.loads(out.read_text())
     assert data["settings"]["n_gen"] == 16 and data["meta"]["draft"] == str(tiny_pair[1])
+    # the table and the plot next to the JSON
+    assert out.with_suffix(".md").read_text() == result.stdout
+    if bench_plot_available():
+        assert out.with_suffix(".png").read_bytes().startswith(PNG_MAGIC)
+        assert result.stderr.strip().splitlines()[-1] == f"saved {out}, {out.with_suffix('.md')}, {out.with_suffix('.png')}"
     for suite in data["suites"]:
         assert suite["n_prompts"] == 2 and suite["ar"]["tok_s"] > 0
         assert suite["ar"]["new_tokens"] == 2 * 16  # ignore_eos: exactly n_gen per prompt
@@ -136,10 +182,12 @@ def test_bench_cli_on_tiny_models(tiny_pair, tmp_path):
         assert sum(run["al_histogram"]) > 0
 
 
-def test_bench_sweep_with_chain_and_own_prompts(tiny_pair, tmp_path):
+def test_bench_sweep_with_chain_and_own_prompts(tiny_pair, tmp_path, monkeypatch):
     from click.testing import CliRunner
 
     from lucebox.cli import main
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # this run: as without the `plot` extra
 
     prompts = tmp_path / "mine.jsonl"
     prompts.write_text(json.dumps({"messages": [{"role": "user", "content": "Count: one two"}]}) + "\n"
@@ -155,6 +203,18 @@ def test_bench_sweep_with_chain_and_own_prompts(tiny_pair, tmp_path):
     assert [(r["mode"], r["budget"]) for r in suite["runs"]] == [("ddtree", 1), ("ddtree", 4), ("chain", 1), ("chain", 4)]
     assert all(r["al"] >= 1 and r["identical"] == 2 for r in suite["runs"])
     assert len(result.stdout.strip().splitlines()) == 2 + 5
+    skipped = [line for line in result.stderr.splitlines() if "plot skipped" in line]
+    assert skipped == ["lucebox bench: plot skipped: matplotlib is not installed; pip install 'lucebox[plot]' (matplotlib)"]
+    assert not out.with_suffix(".png").exists() and out.with_suffix(".md").is_file()
+
+
+def test_bench_refuses_a_json_path_that_the_table_would_overwrite(tmp_path):
+    from click.testing import CliRunner
+
+    from lucebox.cli import main
+
+    result = CliRunner().invoke(main, ["bench", "--json", str(tmp_path / "out.md")])
+    assert result.exit_code != 0 and "name a .json file" in result.output
 
 
 def test_bench_samples_at_a_temperature(tiny_pair, tmp_path):

@@ -338,12 +338,22 @@ def test_bad_config_is_a_clear_error(tmp_path, target, good_draft, changes, stat
     assert proc.stderr.startswith(f"error {status}: ") and words in proc.stderr, proc.stderr
 
 
-def test_bad_json_and_missing_files(tmp_path, target, good_draft):
+@pytest.mark.parametrize("text, words", [
+    (b'{"hidden_size": 64,}', "invalid JSON at byte 20"),        # trailing comma
+    (b'{"hidden_size": NaN}', "invalid JSON at byte 17"),
+    (b'{"a": "\xff"}', "invalid JSON at byte"),                  # not UTF-8
+    (b'{"a": ' + b"[" * 200 + b"]" * 200 + b"}", "nesting deeper than 128"),
+    (b'{"a": 1} {}', "invalid JSON at byte"),                   # two documents
+])
+def test_bad_json_is_one_line(tmp_path, target, good_draft, text, words):
     draft = copy_draft(good_draft, tmp_path / "draft")
-    (draft / "config.json").write_text('{"hidden_size": 64,}')
+    (draft / "config.json").write_bytes(text)
     _, proc = run_tool(tmp_path, draft, target, check=False)
-    assert proc.stderr.startswith(f"error {E_FORMAT}: ") and "invalid JSON at byte" in proc.stderr
+    assert proc.stderr.startswith(f"error {E_FORMAT}: ") and words in proc.stderr, proc.stderr
+    assert proc.stderr.count("\n") == 1, proc.stderr
 
+
+def test_missing_files(tmp_path, target, good_draft):
     _, proc = run_tool(tmp_path, tmp_path / "nowhere", target, check=False)
     assert proc.stderr.startswith(f"error {E_IO}: ") and "config.json" in proc.stderr
 

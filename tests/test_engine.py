@@ -699,3 +699,70 @@ def test_missing_draft_folder(tmp_path, tiny_gguf):
         Engine(tiny_gguf["f32"], draft=tmp_path / "nowhere", **ENGINE_OPTS)
     with pytest.raises(FileNotFoundError):
         Engine(tmp_path / "missing.gguf", **ENGINE_OPTS)
+
+
+# --- opening: Engine() with no path, from_pretrained, prefill with progress -------------------------
+@pytest.fixture
+def no_models_named(tmp_path, monkeypatch):
+    """No model env vars, an empty HF cache and state dir: Engine() falls back to the embedded pair."""
+    from lucebox import defaults, hub
+
+    monkeypatch.setenv(hub.STATE_ENV, str(tmp_path / "state"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
+    monkeypatch.delenv(defaults.TARGET_ENV, raising=False)
+    monkeypatch.delenv(defaults.DRAFT_ENV, raising=False)
+    return tmp_path / "hf"
+
+
+def test_engine_with_no_path_opens_the_embedded_pair_with_a_warning(no_models_named):
+    from lucebox import defaults
+
+    with pytest.warns(UserWarning, match="embedded 7M-parameter demo pair.*lucebox pull qwen3.5-27b"):
+        engine = Engine(**ENGINE_OPTS)
+    with engine:
+        assert (engine.config.target, engine.config.draft) == defaults.embedded()
+        assert engine.has_draft
+
+
+def test_engine_with_no_path_takes_the_environment(no_models_named, tiny_pair, monkeypatch, recwarn):
+    from lucebox import defaults
+
+    monkeypatch.setenv(defaults.TARGET_ENV, str(tiny_pair[0]))
+    monkeypatch.setenv(defaults.DRAFT_ENV, str(tiny_pair[1]))
+    with Engine(**ENGINE_OPTS) as engine:
+        assert (engine.config.target, engine.config.draft) == tiny_pair
+    assert not [w for w in recwarn if "demo pair" in str(w.message)]
+
+
+def test_from_pretrained_opens_the_pulled_pair(no_models_named, tiny_pair):
+    from fakehub import fill_cache
+    from lucebox import hub
+
+    with pytest.raises(FileNotFoundError, match="qwen3.5-27b is not in the Hugging Face cache.*lucebox pull qwen3.5-27b"):
+        Engine.from_pretrained("qwen3.5-27b", **ENGINE_OPTS)
+    with pytest.raises(hub.HubError, match="unknown model"):
+        Engine.from_pretrained("qwen9", **ENGINE_OPTS)
+    spec = hub.KNOWN["qwen3.5-27b"]
+    fill_cache(no_models_named, {spec.target_repo: {spec.target_file: tiny_pair[0].read_bytes()},
+                                 spec.draft_repo: {f: (tiny_pair[1] / f).read_bytes() for f in spec.draft_files}})
+    with Engine.from_pretrained("qwen3.5-27b", **ENGINE_OPTS) as engine:
+        assert engine.config.target.name == spec.target_file and engine.has_draft
+        with Engine(*tiny_pair, **ENGINE_OPTS) as direct:
+            ids = make_prompt(20)
+            assert engine.generate(ids, 16).tokens == direct.generate(ids, 16).tokens
+
+
+def test_prefill_progress_reports_chunks_and_changes_nothing(tiny_pair):
+    ids = make_prompt(70, seed=3)
+    with Engine(*tiny_pair, **ENGINE_OPTS) as engine:
+        reference = engine.generate(ids, 12, mode="ddtree").tokens
+        engine.reset()
+        calls = []
+        first = engine.prefill(ids[:30])  # a cached prefix: chunks count from its end
+        assert engine.prefill(ids, progress=lambda done, total: calls.append((done, total)), chunk_tokens=16) \
+            == engine.prefill(ids)
+        assert calls == [(46, 70), (62, 70), (70, 70)] and isinstance(first, int)
+        gen = engine.generate(ids, 12, mode="ddtree")
+        assert gen.stats.prompt_tokens == 0 and gen.tokens == reference
+        with pytest.raises(ValueError, match="chunk_tokens"):
+            engine.prefill(ids, progress=print, chunk_tokens=0)

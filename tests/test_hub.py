@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fakehub import FakeHub
+from fakehub import FakeHub, fill_cache as _prefill_cache
 from lucebox import defaults, hub
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -96,18 +96,6 @@ def test_spec_for_names_and_repo_file():
 
 
 # --- resolution order ----------------------------------------------------------------------
-def _prefill_cache(cache: Path, repos: dict[str, dict[str, bytes]]) -> None:
-    """Lay files out the way huggingface_hub does: snapshots/<commit>/<file> + refs/main."""
-    for repo, files in repos.items():
-        root = cache / ("models--" + repo.replace("/", "--"))
-        commit = "c" * 40
-        (root / "refs").mkdir(parents=True, exist_ok=True)
-        (root / "refs" / "main").write_text(commit)
-        for name, data in files.items():
-            path = root / "snapshots" / commit / name
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-
 
 def test_resolution_order_flag_env_pulled_embedded(isolated, tmp_path, monkeypatch):
     with pytest.raises(FileNotFoundError, match="embedded default is missing"):

@@ -1,4 +1,4 @@
-"""The three tree ops of the ggml fork (vendor/patches/000[1-3]) against plain float64 numpy references.
+"""The two tree ops of the ggml fork (vendor/patches/0001-0002) against plain float64 numpy references.
 
 Each case is written to a folder and run by native/tools/tree_ops_check (found in $LUCEBOX_TOOLS_DIR,
 else build/cpu). Environment:
@@ -40,16 +40,12 @@ def run_case(case: Path, spec: dict, arrays: dict, threads: int = 3) -> dict:
     for name, a in arrays.items():
         dtype = np.int32 if name == "parents" else np.float32
         np.ascontiguousarray(a, dtype=dtype).tofile(case / f"{name}.bin")
-    for stale in ("out.bin", "persist_out.bin"):
-        (case / stale).unlink(missing_ok=True)
+    (case / "out.bin").unlink(missing_ok=True)
     wrapper = shlex.split(os.environ.get("LUCEBOX_TOOL_WRAPPER", ""))
     cmd = wrapper + [str(tool_path()), "run", str(case), "--backend", BACKEND, "--threads", str(threads)]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
-    out = {"out": np.fromfile(case / "out.bin", dtype=np.float32)}
-    if (case / "persist_out.bin").exists():
-        out["persist"] = np.fromfile(case / "persist_out.bin", dtype=np.float32)
-    return out
+    return {"out": np.fromfile(case / "out.bin", dtype=np.float32)}
 
 
 def assert_close(got: np.ndarray, ref: np.ndarray, tol: float, what: str) -> None:
@@ -252,32 +248,6 @@ def test_gdn_tree_chain_equals_stock(tmp_path, S, H_k, H_v, n, n_seqs, K, kda):
     assert_close(y, gdn_reference(arrays)[0], TOL, "y vs reference")
 
 
-# --- gated_delta_net_tree_persist -------------------------------------------------------------
-
-@pytest.mark.parametrize("S,H_k,H_v,n,n_seqs,n_max,tree", [
-    (32, 2, 4, 19, 1, 24, "random"),
-    (128, 1, 3, 8, 2, 8, "random"),
-    (16, 2, 6, 30, 1, 30, "chain"),
-    (64, 1, 1, 1, 1, 3, "random"),
-])
-def test_gdn_tree_persist(tmp_path, S, H_k, H_v, n, n_seqs, n_max, tree):
-    rng = np.random.default_rng(31 + n)
-    parents = chain_tree(n) if tree == "chain" else random_tree(rng, n, 8)
-    spec, arrays = gdn_case(rng, S, H_k, H_v, n, n_seqs, parents=parents)
-    arrays["persist"] = nonzero(rng, (n_seqs, n_max, H_v, S, S), 1, 2)
-    res = run_case(tmp_path / "persist", {**spec, "op": "gdn_persist", "n_max": n_max}, arrays)
-    persist = res["persist"].reshape(n_seqs, n_max, H_v, S, S)
-    y = res["out"].reshape(n_seqs, n, H_v, S)
-    y_ref, states_ref = gdn_reference(arrays)
-    assert_close(y, y_ref, TOL, "y")
-    assert_close(persist[:, :n], states_ref, TOL, "persisted states")
-    assert np.array_equal(persist[:, n:], arrays["persist"][:, n:]), "rows past n were written"
-    # the same recurrence as the packed op, so the same bits
-    y_tree, states_tree = split_tree_out(
-        run_case(tmp_path / "tree", {**spec, "op": "gdn_tree"}, arrays)["out"], S, H_v, n, n_seqs)
-    assert np.array_equal(y, y_tree) and np.array_equal(persist[:, :n], states_tree)
-
-
 # --- ssm_conv_tree ----------------------------------------------------------------------------
 
 def conv_case(rng, d_conv, ch, n, n_seqs, parents):
@@ -318,7 +288,7 @@ def test_conv_tree_chain_equals_stock(tmp_path, d_conv, ch, n, n_seqs):
 
 # --- determinism ------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("op", ["gdn_tree", "gdn_persist", "conv_tree"])
+@pytest.mark.parametrize("op", ["gdn_tree", "conv_tree"])
 def test_two_runs_bitwise_identical(tmp_path, op):
     rng = np.random.default_rng(99)
     n = 31
@@ -327,8 +297,6 @@ def test_two_runs_bitwise_identical(tmp_path, op):
         spec, arrays = conv_case(rng, 4, 256, n, 1, parents)
     else:
         spec, arrays = gdn_case(rng, 128, 2, 6, n, parents=parents)
-        arrays["persist"] = nonzero(rng, (1, n, 6, 128, 128), 1, 2)
-        spec["n_max"] = n
     first = run_case(tmp_path / "a", {**spec, "op": op}, arrays)
     second = run_case(tmp_path / "b", {**spec, "op": op}, arrays)
     for key in first:

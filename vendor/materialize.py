@@ -33,8 +33,8 @@ SKIPPED_BACKENDS = (
     "ggml-opencl", "ggml-openvino", "ggml-rpc", "ggml-sycl", "ggml-virtgpu", "ggml-vulkan",
     "ggml-webgpu", "ggml-zdnn", "ggml-zendnn",
 )
-# Top-level llama.cpp entries the converter needs.
-CONVERTER_ENTRIES = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/")
+# Top-level llama.cpp entries the converter needs, and nlohmann/json, which liblucebox reads JSON with.
+ALWAYS_ENTRIES = ("convert_hf_to_gguf.py", "conversion/", "gguf-py/", "vendor/nlohmann/")
 # Extra llama.cpp entries for building llama-bench from the same pin (with --with-llama), plus a
 # pristine, unpatched copy of ggml at llama.cpp/ggml (the sdist's own layout): the baseline must run
 # stock ggml, not ours.
@@ -48,6 +48,8 @@ LLAMA_SKIPPED = ("tools/ui/", "tools/server/", "vendor/miniaudio/miniaudio.h",
 # Bump when the --with-llama layout changes, so an older llama.cpp tree is re-extracted (only stamps
 # made with --with-llama carry it: a ggml-only tree stays valid and nobody's ggml build goes stale).
 LLAMA_LAYOUT = 2
+# Bump when what every tree holds changes, so an older tree is re-extracted.
+LAYOUT = 2
 
 
 def fail(msg: str) -> None:
@@ -102,6 +104,7 @@ def stamp_for(sdist_sha: str, with_llama: bool) -> dict:
         "sdist_sha256": sdist_sha,
         "patches": {p.name: sha256_of(p) for p in patch_series()},
         "with_llama": with_llama,
+        "layout": LAYOUT,
     }
     if with_llama:
         stamp["llama_layout"] = LLAMA_LAYOUT
@@ -128,7 +131,7 @@ def wanted(member: str, with_llama: bool) -> list[str]:
             return []
         # ggml/ gets our patches; llama.cpp/ggml/ stays stock for the llama-bench baseline.
         return [rel, "llama.cpp/" + rel] if with_llama else [rel]
-    if _under(rel, CONVERTER_ENTRIES):
+    if _under(rel, ALWAYS_ENTRIES):
         return ["llama.cpp/" + rel]
     if with_llama and _under(rel, LLAMA_ENTRIES) and not rel.startswith(LLAMA_SKIPPED):
         return ["llama.cpp/" + rel]

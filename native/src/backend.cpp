@@ -63,12 +63,8 @@ void log_msg(int32_t level, const char * fmt, ...) {
     va_end(ap);
 }
 
-Backend::~Backend() {
-    if (backend) ggml_backend_free(backend);
-}
-
 std::string Backend::name() const {
-    return backend ? ggml_backend_name(backend) : "none";
+    return handle ? ggml_backend_name(handle.get()) : "none";
 }
 
 int32_t max_cpu_threads() {
@@ -82,10 +78,10 @@ std::string mib(size_t bytes) { return std::to_string((bytes + (1 << 20) - 1) >>
 
 }  // namespace
 
-ggml_backend_buffer_t alloc_tensors_or_throw(ggml_context * ctx, ggml_backend_t backend, const std::string & what,
-                                             const std::string & fix) {
+ggml_backend_buffer_ptr alloc_tensors_or_throw(ggml_context * ctx, ggml_backend_t backend, const std::string & what,
+                                               const std::string & fix) {
     ggml_backend_buffer_type_t buft = ggml_backend_get_default_buffer_type(backend);
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft);
+    ggml_backend_buffer_ptr buf(ggml_backend_alloc_ctx_tensors_from_buft(ctx, buft));
     if (!buf) {
         const size_t need = ggml_backend_alloc_ctx_tensors_from_buft_size(ctx, buft);
         throw Error(LB_E_OOM, "cannot allocate " + mib(need) + " for the " + what + " on " + ggml_backend_name(backend) +
@@ -111,15 +107,15 @@ void backend_init(Backend & b, int32_t device, int32_t n_threads, bool batch_inv
           "n_threads " + std::to_string(n_threads) + " is more than this machine can use (at most " +
               std::to_string(most) + ", 4 per hardware thread); pass 0 for all cores");
     if (device < 0) {
-        b.backend = ggml_backend_cpu_init();
-        check(b.backend != nullptr, LB_E_BACKEND, "cannot initialise the ggml CPU backend");
+        b.handle.reset(ggml_backend_cpu_init());
+        check(b.handle != nullptr, LB_E_BACKEND, "cannot initialise the ggml CPU backend");
         const unsigned hw = std::thread::hardware_concurrency();
         b.n_threads = n_threads > 0 ? n_threads : int32_t(hw > 0 ? hw : 1);
-        ggml_backend_cpu_set_n_threads(b.backend, b.n_threads);
+        ggml_backend_cpu_set_n_threads(b.get(), b.n_threads);
         // Batch-invariant kernels: a token's logits must not depend on how many tokens share its
         // forward (AR step vs verify), or greedy speculative decoding stops being exactly lossless.
         // ggml's tiled / split-KV flash attention paths depend on the batch; the reference one does not.
-        ggml_backend_cpu_set_use_ref(b.backend, true);
+        ggml_backend_cpu_set_use_ref(b.get(), true);
         b.device = -1;
         return;
     }
@@ -128,8 +124,8 @@ void backend_init(Backend & b, int32_t device, int32_t n_threads, bool batch_inv
     check(device < n_dev, LB_E_UNSUPPORTED,
           "CUDA device " + std::to_string(device) + " does not exist (" + std::to_string(n_dev) +
               " found); pick device -1 (CPU) or 0.." + std::to_string(n_dev - 1));
-    b.backend = ggml_backend_cuda_init(device);
-    check(b.backend != nullptr, LB_E_BACKEND, "cannot initialise CUDA device " + std::to_string(device));
+    b.handle.reset(ggml_backend_cuda_init(device));
+    check(b.handle != nullptr, LB_E_BACKEND, "cannot initialise CUDA device " + std::to_string(device));
     // patch 0009: one kernel path per op whatever the batch (see lb_params.batch_invariant)
     ggml_backend_cuda_set_batch_invariant(batch_invariant);
     b.device = device;
@@ -172,7 +168,7 @@ void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * wha
             op == GGML_OP_TRANSPOSE) {
             continue;
         }
-        if (!ggml_backend_supports_op(b.backend, node)) {
+        if (!ggml_backend_supports_op(b.get(), node)) {
             const ggml_tensor * s0 = node->src[0];
             throw Error(LB_E_UNSUPPORTED,
                         std::string(what) + ": " + b.name() + " cannot run op " + ggml_op_desc(node) + " on " +

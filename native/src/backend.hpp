@@ -5,24 +5,22 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "ggml.h"
 
 namespace lb {
 
 struct Backend {
-    ggml_backend_t backend = nullptr;
+    ggml_backend_ptr handle;
     int32_t device = -1;   // -1: CPU, else the CUDA device index
     int32_t n_threads = 0; // CPU threads (CPU backend only)
 
-    Backend() = default;
-    Backend(const Backend &) = delete;
-    Backend & operator=(const Backend &) = delete;
-    ~Backend();
-
+    ggml_backend_t get() const { return handle.get(); }
     bool is_cpu() const { return device < 0; }
     std::string name() const;
 };
@@ -52,20 +50,41 @@ int32_t max_cpu_threads();
 
 // Allocates every tensor of ctx in one buffer on `backend`. A failed host or device allocation
 // (cudaMalloc included) throws Error(LB_E_OOM) naming the size, `what`, and `fix`.
-ggml_backend_buffer_t alloc_tensors_or_throw(ggml_context * ctx, ggml_backend_t backend, const std::string & what,
-                                             const std::string & fix);
+ggml_backend_buffer_ptr alloc_tensors_or_throw(ggml_context * ctx, ggml_backend_t backend, const std::string & what,
+                                               const std::string & fix);
 // ggml_gallocr_alloc_graph, with the same LB_E_OOM message (size included) when it fails.
 void alloc_graph_or_throw(ggml_gallocr_t galloc, ggml_cgraph * gf, ggml_backend_t backend, const std::string & what,
                           const std::string & fix);
-
-// Throws Error(LB_E_UNSUPPORTED) naming the first node the backend cannot run.
-void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * what);
 
 // Tags a graph that will be computed again unchanged (same tensors, same addresses; only input
 // values differ), so ggml-cuda replays its captured CUDA graph without re-checking every node
 // (~1 MB of node properties per 64-layer decode step). Needs ggml's internal ggml-impl.h on the
 // include path (ggml's src/ folder); without it this is a no-op and ggml-cuda checks as usual.
 void mark_graph_reusable(ggml_cgraph * gf);
+
+// Throws Error(LB_E_UNSUPPORTED) naming the first node the backend cannot run.
+void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * what);
+
+// A graph built once and computed again while its shape holds, with its own compute buffer: reusing
+// the graph object keeps tensor addresses (and ggml-cuda's captured CUDA graph) stable across calls.
+template <class Graph>
+struct GraphSlot {
+    std::unique_ptr<Graph> graph;
+    ggml_gallocr_ptr galloc;
+};
+
+// Makes a freshly built graph the slot's: checks every op runs on the backend, marks the graph
+// reusable and places its tensors in the slot's compute buffer (LB_E_OOM names `fix`).
+template <class Graph>
+Graph & install_graph(const Backend & b, GraphSlot<Graph> & slot, std::unique_ptr<Graph> g, const char * what,
+                      const std::string & fix) {
+    check_graph_supported(b, g->meta.gf, what);
+    mark_graph_reusable(g->meta.gf);
+    if (!slot.galloc) slot.galloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(b.get())));
+    alloc_graph_or_throw(slot.galloc.get(), g->meta.gf, b.get(), what, fix);
+    slot.graph = std::move(g);
+    return *slot.graph;
+}
 
 // Routes ggml's log through lucebox's level (LB_LOG_*); process-wide, last call wins.
 void set_log_level(int32_t level);

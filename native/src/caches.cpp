@@ -12,11 +12,18 @@ namespace lb {
 
 namespace {
 
-ggml_backend_buffer_t alloc_or_throw(ggml_context * ctx, ggml_backend_t backend, const char * what) {
-    ggml_backend_buffer_t buf =
-        alloc_tensors_or_throw(ctx, backend, what, "lower max_ctx / max_tree or use a smaller KV type");
-    ggml_backend_buffer_clear(buf, 0);  // masked KV rows must hold finite values: 0 * NaN is NaN
+ggml_backend_buffer_ptr alloc_or_throw(const ggml_context_ptr & ctx, ggml_backend_t backend, const char * what) {
+    ggml_backend_buffer_ptr buf =
+        alloc_tensors_or_throw(ctx.get(), backend, what, "lower max_ctx / max_tree or use a smaller KV type");
+    ggml_backend_buffer_clear(buf.get(), 0);  // masked KV rows must hold finite values: 0 * NaN is NaN
     return buf;
+}
+
+ggml_context_ptr new_meta_context(size_t n_tensors) {
+    ggml_init_params ip = {ggml_tensor_overhead() * n_tensors + 1024, nullptr, /*no_alloc=*/true};
+    ggml_context_ptr ctx(ggml_init(ip));
+    check(ctx != nullptr, LB_E_OOM, "cannot create the cache contexts");
+    return ctx;
 }
 
 // A [row_elems, rows] tensor of `type` whose row stride is padded to a multiple of 16 bytes and
@@ -38,19 +45,10 @@ ggml_tensor * new_padded_rows(ggml_context * ctx, ggml_type type, int64_t row_el
 
 }  // namespace
 
-TargetCache::~TargetCache() {
-    for (ggml_backend_buffer_t b : {kv_buf, state_buf, tree_buf, capture_buf}) {
-        if (b) ggml_backend_buffer_free(b);
-    }
-    for (ggml_context * c : {ctx, alias_ctx, state_ctx, tree_ctx, capture_ctx}) {
-        if (c) ggml_free(c);
-    }
-}
-
 size_t TargetCache::bytes() const {
     size_t n = 0;
-    for (ggml_backend_buffer_t b : {kv_buf, state_buf, tree_buf, capture_buf}) {
-        if (b) n += ggml_backend_buffer_get_size(b);
+    for (const ggml_backend_buffer_ptr * b : {&kv_buf, &state_buf, &tree_buf, &capture_buf}) {
+        if (*b) n += ggml_backend_buffer_get_size(b->get());
     }
     return n;
 }
@@ -58,7 +56,7 @@ size_t TargetCache::bytes() const {
 void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, int32_t max_ctx, ggml_type kv_type,
                 int32_t max_tree) {
     const TargetHparams & hp = m.hp;
-    c.rows = (max_ctx + kKvPad - 1) / kKvPad * kKvPad;
+    c.rows = pad_kv_rows(max_ctx);
     c.max_tree = max_tree;
     c.kv_type = kv_type;
     const size_t n_layer = size_t(hp.n_layer);
@@ -75,25 +73,19 @@ void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, 
     }
 
     // one context per buffer (KV, state, tree scratch): the state buffer alone is cleared on reset
-    ggml_init_params ip = {ggml_tensor_overhead() * n_layer * 8 + 1024, nullptr, true};
-    c.ctx = ggml_init(ip);
-    ggml_init_params ipa = {ggml_tensor_overhead() * n_layer * 2 + 1024, nullptr, true};
-    c.alias_ctx = ggml_init(ipa);
-    check(c.ctx && c.alias_ctx, LB_E_OOM, "cannot create the cache contexts");
-
-    ggml_init_params ip_state = {ggml_tensor_overhead() * n_layer * 2 + 1024, nullptr, true};
-    ggml_init_params ip_tree = {ggml_tensor_overhead() * n_layer * 3 + 1024, nullptr, true};
-    c.state_ctx = ggml_init(ip_state);
-    c.tree_ctx = ggml_init(ip_tree);
-    ggml_context * ctx_state = c.state_ctx;
-    ggml_context * ctx_tree = c.tree_ctx;
-    check(ctx_state && ctx_tree, LB_E_OOM, "cannot create the cache contexts");
+    c.ctx = new_meta_context(n_layer * 8);
+    c.alias_ctx = new_meta_context(n_layer * 2);
+    c.state_ctx = new_meta_context(n_layer * 2);
+    c.tree_ctx = new_meta_context(n_layer * 3);
+    ggml_context * ctx_kv = c.ctx.get();
+    ggml_context * ctx_state = c.state_ctx.get();
+    ggml_context * ctx_tree = c.tree_ctx.get();
 
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         const std::string s = std::to_string(il);
         if (!hp.recurrent[size_t(il)]) {
-            c.k[size_t(il)] = new_padded_rows(c.ctx, kv_type, kv_row, c.rows);
-            c.v[size_t(il)] = new_padded_rows(c.ctx, kv_type, kv_row, c.rows);
+            c.k[size_t(il)] = new_padded_rows(ctx_kv, kv_type, kv_row, c.rows);
+            c.v[size_t(il)] = new_padded_rows(ctx_kv, kv_type, kv_row, c.rows);
             ggml_set_name(c.k[size_t(il)], ("cache_k." + s).c_str());
             ggml_set_name(c.v[size_t(il)], ("cache_v." + s).c_str());
         } else {
@@ -109,40 +101,36 @@ void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, 
     }
     if (hp.n_attn_layers() > 0) c.kv_buf = alloc_or_throw(c.ctx, backend, "KV cache");
     if (hp.n_recurrent_layers() > 0) {
-        c.state_buf = alloc_or_throw(ctx_state, backend, "DeltaNet state");
-        c.tree_buf = alloc_or_throw(ctx_tree, backend, "tree verify scratch");
+        c.state_buf = alloc_or_throw(c.state_ctx, backend, "DeltaNet state");
+        c.tree_buf = alloc_or_throw(c.tree_ctx, backend, "tree verify scratch");
     }
 
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         for (int kv = 0; kv < 2; ++kv) {
             ggml_tensor * t = kv ? c.v[size_t(il)] : c.k[size_t(il)];
             if (!t) continue;
-            ggml_tensor * raw = ggml_new_tensor_2d(c.alias_ctx, GGML_TYPE_F32, int64_t(t->nb[1] / 4), c.rows);
-            ggml_backend_tensor_alloc(c.kv_buf, raw, t->data);
+            ggml_tensor * raw = ggml_new_tensor_2d(c.alias_ctx.get(), GGML_TYPE_F32, int64_t(t->nb[1] / 4), c.rows);
+            ggml_backend_tensor_alloc(c.kv_buf.get(), raw, t->data);
             (kv ? c.v_raw : c.k_raw)[size_t(il)] = raw;
         }
     }
 }
 
 void cache_clear_state(TargetCache & c) {
-    if (c.state_buf) ggml_backend_buffer_clear(c.state_buf, 0);
+    if (c.state_buf) ggml_backend_buffer_clear(c.state_buf.get(), 0);
 }
 
 void cache_set_capture(TargetCache & c, ggml_backend_t backend, int32_t n_embd, const std::vector<int32_t> & layers,
                        int32_t rows) {
-    if (c.capture_buf) ggml_backend_buffer_free(c.capture_buf);
-    if (c.capture_ctx) ggml_free(c.capture_ctx);
-    c.capture_buf = nullptr;
-    c.capture_ctx = nullptr;
+    c.capture_buf.reset();
+    c.capture_ctx.reset();
     c.capture.clear();
     c.capture_layers = layers;
     c.capture_rows = rows;
     if (layers.empty()) return;
-    ggml_init_params ip = {ggml_tensor_overhead() * (layers.size() + 1), nullptr, true};
-    c.capture_ctx = ggml_init(ip);
-    check(c.capture_ctx != nullptr, LB_E_OOM, "cannot create the capture context");
+    c.capture_ctx = new_meta_context(layers.size() + 1);
     for (size_t j = 0; j < layers.size(); ++j) {
-        ggml_tensor * t = ggml_new_tensor_2d(c.capture_ctx, GGML_TYPE_F32, n_embd, rows);
+        ggml_tensor * t = ggml_new_tensor_2d(c.capture_ctx.get(), GGML_TYPE_F32, n_embd, rows);
         ggml_set_name(t, ("capture." + std::to_string(layers[j])).c_str());
         c.capture.push_back(t);
     }

@@ -16,8 +16,10 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "ggml.h"
 #include "gguf_target.hpp"
+#include "layers.hpp"
 
 namespace lb {
 
@@ -35,23 +37,16 @@ struct TargetCache {
     std::vector<ggml_tensor *> capture;        // one per capture layer
     int32_t capture_rows = 0;
 
-    ggml_context * ctx = nullptr;          // k, v
-    ggml_context * alias_ctx = nullptr;    // k_raw / v_raw (no storage of their own)
-    ggml_context * state_ctx = nullptr;    // conv, ssm
-    ggml_context * tree_ctx = nullptr;     // tree_qkv, tree_g, tree_beta
-    ggml_context * capture_ctx = nullptr;
-    ggml_backend_buffer_t kv_buf = nullptr, state_buf = nullptr, tree_buf = nullptr, capture_buf = nullptr;
-
-    TargetCache() = default;
-    TargetCache(const TargetCache &) = delete;
-    TargetCache & operator=(const TargetCache &) = delete;
-    ~TargetCache();
+    ggml_context_ptr ctx;          // k, v
+    ggml_context_ptr alias_ctx;    // k_raw / v_raw (no storage of their own)
+    ggml_context_ptr state_ctx;    // conv, ssm
+    ggml_context_ptr tree_ctx;     // tree_qkv, tree_g, tree_beta
+    ggml_context_ptr capture_ctx;
+    // declared after the contexts: a buffer is freed before the context of its tensors
+    ggml_backend_buffer_ptr kv_buf, state_buf, tree_buf, capture_buf;
 
     size_t bytes() const;
 };
-
-// KV rows are read in multiples of this (keeps graph shapes, hence CUDA graphs, stable).
-constexpr int32_t kKvPad = 256;
 
 // Allocates and zeroes every cache. Throws Error(LB_E_OOM) naming the size that did not fit.
 void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, int32_t max_ctx,

@@ -8,7 +8,7 @@ std::unique_ptr<CommitGraph> build_commit(const TargetModel & m, const TargetCac
     auto cg = std::make_unique<CommitGraph>(graph_max_nodes(hp.n_layer));
     cg->n_path = n_path;
     cg->move_kv = move_kv;
-    ggml_context * ctx = cg->meta.ctx;
+    ggml_context * ctx = cg->meta.ctx.get();
     ggml_cgraph * gf = cg->meta.gf;
 
     cg->path = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n_path);

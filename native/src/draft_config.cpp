@@ -3,10 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <memory>
+#include <optional>
 
 #include "error.hpp"
+#include "file_io.hpp"
 #include "json.hpp"
 
 namespace lb {
@@ -31,7 +31,7 @@ struct Reader {
 
     // Present and not null.
     static const json::Value * get(const json::Value * obj, const char * key) {
-        const json::Value * v = obj ? obj->find(key) : nullptr;
+        const json::Value * v = obj ? json::find(*obj, key) : nullptr;
         return (v && !v->is_null()) ? v : nullptr;
     }
     // dflash's _draft_value: dflash_config first, then the top level.
@@ -41,12 +41,13 @@ struct Reader {
     }
 
     int64_t as_int(const json::Value * v, const char * key, int64_t lo, int64_t hi) const {
-        if (!v->is_integer) fail(LB_E_FORMAT, std::string("\"") + key + "\" must be an integer, got " + json::type_name(*v));
-        if (v->integer < lo || v->integer > hi) {
-            fail(LB_E_FORMAT, std::string("\"") + key + "\" = " + std::to_string(v->integer) + " is out of range [" +
+        const std::optional<int64_t> i = json::as_integer(*v);
+        if (!i) fail(LB_E_FORMAT, std::string("\"") + key + "\" must be an integer, got " + json::type_name(*v));
+        if (*i < lo || *i > hi) {
+            fail(LB_E_FORMAT, std::string("\"") + key + "\" = " + std::to_string(*i) + " is out of range [" +
                                   std::to_string(lo) + ", " + std::to_string(hi) + "]");
         }
-        return v->integer;
+        return *i;
     }
     int32_t required_int(const char * key, int64_t lo = 1, int64_t hi = kMaxDim) const {
         const json::Value * v = get(&top, key);
@@ -59,13 +60,13 @@ struct Reader {
     }
     float optional_float(const json::Value * v, const char * key, float fallback) const {
         if (!v) return fallback;
-        if (!v->is_number() || !std::isfinite(v->number)) fail(LB_E_FORMAT, std::string("\"") + key + "\" must be a number");
-        return float(v->number);
+        if (!v->is_number() || !std::isfinite(v->get<double>())) fail(LB_E_FORMAT, std::string("\"") + key + "\" must be a number");
+        return float(v->get<double>());
     }
     bool optional_bool(const json::Value * v, const char * key, bool fallback) const {
         if (!v) return fallback;
-        if (!v->is_bool()) fail(LB_E_FORMAT, std::string("\"") + key + "\" must be true or false");
-        return v->boolean;
+        if (!v->is_boolean()) fail(LB_E_FORMAT, std::string("\"") + key + "\" must be true or false");
+        return v->get<bool>();
     }
 };
 
@@ -93,7 +94,7 @@ void read_rope(const Reader & r, DraftConfig & cfg) {
         const json::Value * t = Reader::get(p, "rope_type");
         if (!t) t = Reader::get(p, "type");
         if (t && !t->is_string()) r.fail(LB_E_FORMAT, "\"rope_type\" must be a string");
-        if (t) type = t->string;
+        if (t) type = t->get<std::string>();
     }
     if (type == "linear") {
         const float factor = r.optional_float(Reader::get(p, "factor"), "factor", 1.0f);
@@ -109,20 +110,20 @@ void read_attention_layout(const Reader & r, DraftConfig & cfg) {
     // Qwen3Config: sliding_window defaults to 4096 but is dropped unless use_sliding_window.
     int32_t window = 0;
     if (use_sliding) {
-        const json::Value * w = r.top.find("sliding_window");
+        const json::Value * w = json::find(r.top, "sliding_window");
         if (!w) window = 4096;
         else if (!w->is_null()) window = int32_t(r.as_int(w, "sliding_window", 1, int64_t(1) << 30));
     }
     const int32_t max_window_layers = r.optional_int(Reader::get(&r.top, "max_window_layers"), "max_window_layers", 28, 0);
     std::vector<bool> sliding(cfg.n_layer, false);
     if (const json::Value * lt = Reader::get(&r.top, "layer_types")) {
-        if (!lt->is_array() || lt->array.size() != size_t(cfg.n_layer)) {
+        if (!lt->is_array() || lt->size() != size_t(cfg.n_layer)) {
             r.fail(LB_E_FORMAT, "\"layer_types\" must list one type per layer (" + std::to_string(cfg.n_layer) + ")");
         }
         for (int32_t i = 0; i < cfg.n_layer; ++i) {
-            const json::Value & t = lt->array[i];
-            if (t.is_string() && t.string == "sliding_attention") sliding[i] = true;
-            else if (!(t.is_string() && t.string == "full_attention")) {
+            const json::Value & t = (*lt)[i];
+            if (t == "sliding_attention") sliding[i] = true;
+            else if (t != "full_attention") {
                 r.fail(LB_E_UNSUPPORTED, "layer_types[" + std::to_string(i) +
                                              "] must be \"full_attention\" or \"sliding_attention\"");
             }
@@ -158,15 +159,15 @@ DraftConfig draft_config_parse(const std::string & text, const std::string & ori
     }
     if (!top.is_object()) throw Error(LB_E_FORMAT, origin + ": not a JSON object; fix or re-download the draft's config.json");
 
-    if (const json::Value * arch = top.find("architectures"); arch && arch->is_array()) {
-        for (const auto & a : arch->array) {
-            if (a.is_string() && a.string == "DFlash2DraftModel") {
+    if (const json::Value * arch = json::find(top, "architectures"); arch && arch->is_array()) {
+        for (const auto & a : *arch) {
+            if (a == "DFlash2DraftModel") {
                 throw Error(LB_E_UNSUPPORTED, origin + ": DFlash2 drafts (dynamic conv + candidate selector) are "
                                                             "not supported; use a DFlash draft (e.g. z-lab/Qwen3.5-27B-DFlash)");
             }
         }
     }
-    const json::Value * dflash = top.find("dflash_config");
+    const json::Value * dflash = json::find(top, "dflash_config");
     if (!dflash || !dflash->is_object()) {
         throw Error(LB_E_FORMAT, origin + ": no \"dflash_config\" object, so this is not a DFlash draft "
                                                "(z-lab *-DFlash checkpoints have one); check draft_path");
@@ -191,7 +192,7 @@ DraftConfig draft_config_parse(const std::string & text, const std::string & ori
     if (!(cfg.rms_eps > 0.0f && cfg.rms_eps <= 1.0f)) {
         r.fail(LB_E_FORMAT, "\"rms_norm_eps\" = " + std::to_string(cfg.rms_eps) + " is outside (0, 1] (drafts use 1e-6)");
     }
-    if (const json::Value * act = Reader::get(&top, "hidden_act"); act && !(act->is_string() && act->string == "silu")) {
+    if (const json::Value * act = Reader::get(&top, "hidden_act"); act && *act != "silu") {
         r.fail(LB_E_UNSUPPORTED, "hidden_act must be \"silu\" (the Qwen3 MLP)");
     }
     read_rope(r, cfg);
@@ -202,8 +203,8 @@ DraftConfig draft_config_parse(const std::string & text, const std::string & ori
     if (!mask) r.fail(LB_E_FORMAT, "dflash_config has no \"mask_token_id\"; a DFlash draft needs its mask token");
     cfg.mask_token_id = int32_t(r.as_int(mask, "mask_token_id", 0, kMaxDim * 64));
     if (const json::Value * ids = r.draft_value("target_layer_ids")) {
-        if (!ids->is_array() || ids->array.empty()) r.fail(LB_E_FORMAT, "\"target_layer_ids\" must be a non-empty list");
-        for (const auto & v : ids->array) {
+        if (!ids->is_array() || ids->empty()) r.fail(LB_E_FORMAT, "\"target_layer_ids\" must be a non-empty list");
+        for (const auto & v : *ids) {
             const int32_t id = int32_t(r.as_int(&v, "target_layer_ids", 0, 1 << 16));
             // each entry selects one feature slice of fc's input: a repeat is a corrupt config
             if (std::find(cfg.target_layer_ids.begin(), cfg.target_layer_ids.end(), id) != cfg.target_layer_ids.end()) {
@@ -226,13 +227,7 @@ DraftConfig draft_config_parse(const std::string & text, const std::string & ori
 
 DraftConfig draft_config_load(const std::string & dir) {
     const std::string path = dir + "/config.json";
-    std::unique_ptr<std::FILE, int (*)(std::FILE *)> f(std::fopen(path.c_str(), "rb"), &std::fclose);
-    if (!f) throw Error(LB_E_IO, "cannot open " + path + ": draft_path must be a DFlash draft folder with config.json");
-    std::string text;
-    char buf[65536];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, n);
-    if (std::ferror(f.get())) throw Error(LB_E_IO, "cannot read " + path);
+    const std::string text = read_text_file(path, "draft_path must be a DFlash draft folder with config.json");
     return draft_config_parse(text, path);
 }
 

@@ -8,7 +8,7 @@
 
 #include "backend.hpp"
 #include "error.hpp"
-#include "backend.hpp"
+#include "layers.hpp"
 #include "matmul.hpp"
 
 namespace lb {
@@ -34,13 +34,6 @@ void check_target_tensor(ggml_backend_t backend, const ggml_tensor * t, const ch
 
 }  // namespace
 
-DraftModel::Graph::Graph(std::vector<uint8_t> & meta, size_t n_nodes) {
-    ggml_init_params p = {meta.size(), meta.data(), /*no_alloc=*/true};
-    ctx = ggml_init(p);
-    if (!ctx) throw Error(LB_E_OOM, "draft: cannot create a graph context");
-    gf = ggml_new_graph_custom(ctx, n_nodes, false);
-}
-
 std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backend_t backend,
                                              const DraftTarget & target, const DraftOptions & opt) {
     if (!backend) throw Error(LB_E_INVALID_ARG, "draft: no backend");
@@ -63,46 +56,39 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backe
     m->weights_ = draft_weights_load(dir, c, backend, opt.weight_type);
 
     m->ctx_size_ = opt.ctx_size;
-    m->rows_ = draft_pad_rows(opt.ctx_size + c.block_size);
+    m->rows_ = pad_kv_rows(opt.ctx_size + c.block_size);
     m->slot_pos_.assign(size_t(opt.ctx_size), -1);
     ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * c.n_layer), nullptr, true};
-    m->kv_ctx_ = ggml_init(ip);
+    m->kv_ctx_.reset(ggml_init(ip));
     if (!m->kv_ctx_) throw Error(LB_E_OOM, "draft: cannot create the cache context");
     const int64_t kv_dim = int64_t(c.head_dim) * c.n_head_kv;
     for (int32_t l = 0; l < c.n_layer; ++l) {
-        m->k_cache_.push_back(ggml_new_tensor_2d(m->kv_ctx_, opt.kv_type, kv_dim, m->rows_));
-        m->v_cache_.push_back(ggml_new_tensor_2d(m->kv_ctx_, opt.kv_type, kv_dim, m->rows_));
+        m->k_cache_.push_back(ggml_new_tensor_2d(m->kv_ctx_.get(), opt.kv_type, kv_dim, m->rows_));
+        m->v_cache_.push_back(ggml_new_tensor_2d(m->kv_ctx_.get(), opt.kv_type, kv_dim, m->rows_));
     }
-    m->kv_buf_ = alloc_tensors_or_throw(m->kv_ctx_, backend, "draft's context cache (" + std::to_string(m->rows_) + " rows)",
+    m->kv_buf_ = alloc_tensors_or_throw(m->kv_ctx_.get(), backend, "draft's context cache (" + std::to_string(m->rows_) + " rows)",
                                         "lower max_ctx");
     // Rows past the live ones are masked out, but 0 * NaN would still poison the attention sum.
-    ggml_backend_buffer_clear(m->kv_buf_, 0);
+    ggml_backend_buffer_clear(m->kv_buf_.get(), 0);
 
-    const size_t arena = ggml_tensor_overhead() * m->graph_nodes() + ggml_graph_overhead_custom(m->graph_nodes(), false);
-    m->meta_append_.resize(arena);
-    m->meta_propose_.resize(arena);
     using Attention = DraftOptions::Attention;
     m->use_flash_ = opt.attention != Attention::plain && m->flash_supported();
     if (opt.attention == Attention::flash && !m->use_flash_) {
         throw Error(LB_E_UNSUPPORTED, std::string("draft: ") + ggml_backend_name(backend) +
                                           " has no flash-attention kernel for head_dim " + std::to_string(c.head_dim));
     }
-    m->galloc_ = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
+    m->galloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
     if (!m->galloc_) throw Error(LB_E_OOM, "draft: cannot create the graph allocator");
+    m->init_mask_kinds();
     return m;
-}
-
-DraftModel::~DraftModel() {
-    if (galloc_) ggml_gallocr_free(galloc_);
-    if (kv_buf_) ggml_backend_buffer_free(kv_buf_);
-    if (kv_ctx_) ggml_free(kv_ctx_);
 }
 
 // Asks the backend about a flash-attention node of the propose graph's shapes (largest key count).
 bool DraftModel::flash_supported() const {
     const DraftConfig & c = cfg_;
     ggml_init_params p = {ggml_tensor_overhead() * 8, nullptr, true};
-    ggml_context * ctx = ggml_init(p);
+    const ggml_context_ptr owned(ggml_init(p));
+    ggml_context * ctx = owned.get();
     if (!ctx) return false;
     const int64_t B = c.block_size;
     ggml_tensor * q = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, c.head_dim, B, c.n_head);
@@ -111,17 +97,15 @@ bool DraftModel::flash_supported() const {
     ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, rows_, B);
     ggml_tensor * fa = ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f, 0.0f, 0.0f);
     const BatchDependentKernels as_in_propose;  // the kernels propose() runs with
-    const bool ok = ggml_backend_supports_op(backend_, fa);
-    ggml_free(ctx);
-    return ok;
+    return ggml_backend_supports_op(backend_, fa);
 }
 
 size_t DraftModel::cache_bytes() const {
-    return kv_buf_ ? ggml_backend_buffer_get_size(kv_buf_) : 0;
+    return kv_buf_ ? ggml_backend_buffer_get_size(kv_buf_.get()) : 0;
 }
 
 ggml_tensor * DraftModel::rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w) const {
-    return ggml_mul(ctx, ggml_rms_norm(ctx, x, cfg_.rms_eps), w);
+    return rms_norm(ctx, x, w, cfg_.rms_eps);
 }
 
 void DraftModel::compute(ggml_cgraph * gf, const char * what) {
@@ -184,8 +168,8 @@ void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const in
                               int32_t n) {
     const DraftConfig & c = cfg_;
     const int32_t slot0 = n_past_ % ctx_size_;
-    Graph g(meta_append_, graph_nodes());
-    ggml_context * ctx = g.ctx;
+    GraphMeta g(graph_nodes(), &meta_append_);
+    ggml_context * ctx = g.ctx.get();
 
     ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
     ggml_tensor * slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
@@ -208,17 +192,17 @@ void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const in
     const int64_t kv_dim = int64_t(c.head_dim) * c.n_head_kv;
     for (int32_t l = 0; l < c.n_layer; ++l) {
         const DraftLayerWeights & L = weights_->layers[l];
-        ggml_tensor * k = matmul(ctx, L.wk, h);
+        ggml_tensor * k = matmul(ctx, L.attn_qkv[1], h);
         if (L.bk) k = ggml_add(ctx, k, L.bk);
         k = rms(ctx, ggml_reshape_3d(ctx, k, c.head_dim, c.n_head_kv, n), L.k_norm);
         k = ggml_rope_ext(ctx, k, pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
                           0.0f, 1.0f, 0.0f, 0.0f);
-        ggml_tensor * v = matmul(ctx, L.wv, h);
+        ggml_tensor * v = matmul(ctx, L.attn_qkv[2], h);
         if (L.bv) v = ggml_add(ctx, v, L.bv);
         ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, n), slots));
         ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, v_cache_[l], v, slots));
     }
-    alloc_graph_or_throw(galloc_, g.gf, backend_, "draft's append graph", "lower max_ctx or ubatch");
+    alloc_graph_or_throw(galloc_.get(), g.gf, backend_, "draft's append graph", "lower max_ctx or ubatch");
 
     std::vector<int32_t> pos_v(static_cast<size_t>(n));
     std::vector<int64_t> slot_v(static_cast<size_t>(n));

@@ -28,16 +28,13 @@
 
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "ggml.h"
 
 #include "draft_config.hpp"
 #include "draft_weights.hpp"
 
 namespace lb {
-
-// Cache rows are allocated and attended in multiples of 256: flash-attention kernels take their
-// fast paths when the key count is a multiple of this.
-inline int32_t draft_pad_rows(int32_t n) { return (n + 255) / 256 * 256; }
 
 // Borrowed from the target; must outlive the DraftModel and live where `backend` can read it.
 struct DraftTarget {
@@ -63,7 +60,7 @@ public:
     // Throws Error (LB_E_IO / FORMAT / UNSUPPORTED / MISMATCH / OOM / INVALID_ARG).
     static std::unique_ptr<DraftModel> load(const std::string & dir, ggml_backend_t backend,
                                             const DraftTarget & target, const DraftOptions & opt);
-    ~DraftModel();
+    ~DraftModel() = default;
     DraftModel(const DraftModel &) = delete;
     DraftModel & operator=(const DraftModel &) = delete;
 
@@ -98,23 +95,22 @@ public:
 
 private:
     DraftModel() = default;
-    // One graph's tensor metadata + graph, in the reused arena meta_ (data goes to galloc_).
-    struct Graph {
-        ggml_context * ctx = nullptr;
-        ggml_cgraph * gf = nullptr;
-        Graph(std::vector<uint8_t> & meta, size_t n_nodes);
-        ~Graph() { ggml_free(ctx); }
-    };
     size_t graph_nodes() const { return 1024 + size_t(cfg_.n_layer) * 64; }
     void append_chunk(const std::vector<ggml_tensor *> * feats, const int32_t * rows, const float * host,
                       int32_t n);
     ggml_tensor * project_context(ggml_context * ctx, ggml_tensor * feat_cat) const;
     ggml_tensor * rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w) const;
     void compute(ggml_cgraph * gf, const char * what);
-    ggml_tensor * attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * K, ggml_tensor * V, ggml_tensor * mask,
-                            float scale) const;
     bool flash_supported() const;
+
+    // propose(), in stages (draft_propose.cpp)
+    struct ProposeGraph;
+    void init_mask_kinds();
+    ProposeGraph build_propose(ggml_context * ctx, ggml_cgraph * gf, int32_t n_kv, int32_t top_k) const;
+    ggml_tensor * block_layer(ggml_context * ctx, const ProposeGraph & g, int32_t l, ggml_tensor * x) const;
+    void set_propose_inputs(const ProposeGraph & g, int32_t last, int32_t n_valid);
     void fill_mask(const DraftLayerAttn & kind, int32_t n_valid, int32_t n_kv, int32_t B, ggml_fp16_t * out) const;
+    void read_top_k(const ProposeGraph & g, int32_t top_k, int32_t * ids, float * logp);
 
     DraftConfig cfg_;
     DraftTarget target_;
@@ -123,8 +119,8 @@ private:
     int32_t n_vocab_ = 0;
 
     // context cache: per layer K and V as [head_dim * n_head_kv, rows] (rows = ring + block)
-    ggml_context * kv_ctx_ = nullptr;
-    ggml_backend_buffer_t kv_buf_ = nullptr;
+    ggml_context_ptr kv_ctx_;
+    ggml_backend_buffer_ptr kv_buf_;
     std::vector<ggml_tensor *> k_cache_, v_cache_;
     int32_t ctx_size_ = 0;               // ring slots for context tokens
     int32_t rows_ = 0;                   // allocated rows: ctx_size_ + B, padded
@@ -132,10 +128,22 @@ private:
     int32_t n_past_ = 0;
 
     bool use_flash_ = true;
-    ggml_gallocr_t galloc_ = nullptr;
+    ggml_gallocr_ptr galloc_;
     // Graph metadata arenas, one per graph kind: ggml-cuda keys its captured CUDA graphs by the
     // first node's address, so append and propose must not share one.
     std::vector<uint8_t> meta_append_, meta_propose_;
+
+    // propose(): one attention mask per distinct (causal, window) kind of layer (the 3.6 draft has
+    // two, the 3.5 draft one), and host staging reused by every call
+    std::vector<DraftLayerAttn> mask_kinds_;
+    std::vector<int32_t> mask_of_layer_;   // [n_layer]: index into mask_kinds_
+    struct ProposeHost {
+        std::vector<int32_t> toks, pos;    // [B]
+        std::vector<int64_t> slots;        // [B]
+        std::vector<ggml_fp16_t> mask;     // [B, n_kv]
+        std::vector<int32_t> ids, order;   // [B-1, K], [K]
+        std::vector<float> logp;           // [B-1, K]
+    } host_;
 };
 
 // The k best entries of each row of logits [n, R] (unordered) and their log-softmax, as

@@ -5,9 +5,10 @@
 #include <numeric>
 
 #include "backend.hpp"
-#include "error.hpp"
-#include "matmul.hpp"
 #include "draft_model.hpp"
+#include "error.hpp"
+#include "layers.hpp"
+#include "matmul.hpp"
 
 namespace lb {
 
@@ -26,7 +27,6 @@ bool same_kind(const DraftLayerAttn & a, const DraftLayerAttn & b) {
     return a.causal == b.causal && a.window == b.window;
 }
 
-
 }  // namespace
 
 TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t k) {
@@ -37,23 +37,6 @@ TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t
     ggml_tensor * max = ggml_reshape_2d(ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, vals, 1, k, R), best), 1, R);
     ggml_tensor * lse = ggml_log(ctx, ggml_sum_rows(ctx, ggml_exp(ctx, ggml_sub(ctx, logits, max))));  // [1, R]
     return {ids, ggml_sub(ctx, ggml_sub(ctx, vals, max), lse)};
-}
-
-// q [head_dim, B, n_head]; K, V [head_dim, n_kv, n_head_kv] views of the cache; mask [n_kv, B].
-// Flash attention where the backend has a kernel for these shapes (CUDA: head_dim 64/128/256...),
-// else the same math as softmax(K^T q * scale + mask) V with plain ops. Returns [head_dim*n_head, B].
-ggml_tensor * DraftModel::attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * K, ggml_tensor * V,
-                                    ggml_tensor * mask, float scale) const {
-    const int64_t B = q->ne[1];
-    if (use_flash_) {
-        ggml_tensor * a = ggml_flash_attn_ext(ctx, q, K, V, mask, scale, 0.0f, 0.0f);  // [head_dim, n_head, B]
-        return ggml_reshape_2d(ctx, a, a->ne[0] * a->ne[1], B);
-    }
-    ggml_tensor * kq = ggml_soft_max_ext(ctx, matmul(ctx, K, q), mask, scale, 0.0f);  // [n_kv, B, n_head]
-    ggml_tensor * vt = ggml_cont(ctx, ggml_permute(ctx, V, 1, 0, 2, 3));                   // [n_kv, head_dim, n_head_kv]
-    ggml_tensor * a = matmul(ctx, vt, kq);                                           // [head_dim, B, n_head]
-    a = ggml_cont(ctx, ggml_permute(ctx, a, 0, 2, 1, 3));                                  // [head_dim, n_head, B]
-    return ggml_reshape_2d(ctx, a, a->ne[0] * a->ne[1], B);
 }
 
 // Mask rows for the B block queries over n_kv key rows: live context slots, then the block, then
@@ -82,9 +65,28 @@ void DraftModel::fill_mask(const DraftLayerAttn & kind, int32_t n_valid, int32_t
 // ---------------------------------------------------------------------------------------------
 // propose: block -> draft layers -> target output matrix -> top-k log-probs
 
+// The propose graph's inputs and outputs (the graph itself is in meta_propose_).
+struct DraftModel::ProposeGraph {
+    int32_t n_kv = 0;                    // context cache rows attended (live context + block, padded)
+    ggml_tensor * toks = nullptr;        // i32 [B]: last, then mask tokens
+    ggml_tensor * pos = nullptr;         // i32 [B]: positions P..P+B-1
+    ggml_tensor * slots = nullptr;       // i64 [B]: cache rows the block's K/V go to
+    std::vector<ggml_tensor *> masks;    // f16 [n_kv, B] per mask kind
+    TopKLogProbs top{};                  // [K, B-1] each
+};
+
+void DraftModel::init_mask_kinds() {
+    mask_of_layer_.assign(size_t(cfg_.n_layer), 0);
+    for (int32_t l = 0; l < cfg_.n_layer; ++l) {
+        size_t k = 0;
+        while (k < mask_kinds_.size() && !same_kind(mask_kinds_[k], cfg_.attn[l])) ++k;
+        if (k == mask_kinds_.size()) mask_kinds_.push_back(cfg_.attn[l]);
+        mask_of_layer_[size_t(l)] = int32_t(k);
+    }
+}
+
 void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * logp) {
-    const DraftConfig & c = cfg_;
-    const int32_t B = c.block_size;
+    const int32_t B = cfg_.block_size;
     if (top_k < 1 || top_k > n_vocab_) {
         throw Error(LB_E_INVALID_ARG, "draft: top_k = " + std::to_string(top_k) + " must be in [1, n_vocab = " +
                                                std::to_string(n_vocab_) + "]");
@@ -93,69 +95,39 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     if (!ids || !logp) throw Error(LB_E_INVALID_ARG, "draft: null output buffer");
 
     const int32_t n_valid = std::min(n_past_, ctx_size_);  // live context rows: slots 0..n_valid-1
-    const int32_t n_kv = std::min(draft_pad_rows(n_valid + B), rows_);
-    Graph g(meta_propose_, graph_nodes());
-    ggml_context * ctx = g.ctx;
+    const int32_t n_kv = std::min(pad_kv_rows(n_valid + B), rows_);
+    GraphMeta meta(graph_nodes(), &meta_propose_);
+    const ProposeGraph g = build_propose(meta.ctx.get(), meta.gf, n_kv, top_k);
+    alloc_graph_or_throw(galloc_.get(), meta.gf, backend_, "draft graph", "lower the draft top_k");
+    set_propose_inputs(g, last, n_valid);
+    {
+        // one block over the same context in every run that must agree: any deterministic kernel will do
+        const BatchDependentKernels fast;
+        compute(meta.gf, "propose");
+    }
+    read_top_k(g, top_k, ids, logp);
+}
 
-    ggml_tensor * toks = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
-    ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
-    ggml_tensor * slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, B);
-    ggml_set_input(toks);
-    ggml_set_input(pos);
-    ggml_set_input(slots);
-    // One mask per distinct (causal, window) kind; the 3.6 draft has two, the 3.5 draft one.
-    std::vector<int32_t> kind_of(static_cast<size_t>(c.n_layer));
-    std::vector<ggml_tensor *> masks;
-    std::vector<DraftLayerAttn> kinds;
-    for (int32_t l = 0; l < c.n_layer; ++l) {
-        size_t k = 0;
-        while (k < kinds.size() && !same_kind(kinds[k], c.attn[l])) ++k;
-        if (k == kinds.size()) {
-            kinds.push_back(c.attn[l]);
-            masks.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, B));
-            ggml_set_input(masks.back());
-        }
-        kind_of[l] = int32_t(k);
+DraftModel::ProposeGraph DraftModel::build_propose(ggml_context * ctx, ggml_cgraph * gf, int32_t n_kv,
+                                                   int32_t top_k) const {
+    const DraftConfig & c = cfg_;
+    const int32_t B = c.block_size;
+    ProposeGraph g;
+    g.n_kv = n_kv;
+    g.toks = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
+    g.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
+    g.slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, B);
+    ggml_set_input(g.toks);
+    ggml_set_input(g.pos);
+    ggml_set_input(g.slots);
+    for (size_t k = 0; k < mask_kinds_.size(); ++k) {
+        g.masks.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, B));
+        ggml_set_input(g.masks.back());
     }
 
-    ggml_tensor * x = ggml_get_rows(ctx, target_.tok_embd, toks);  // [n_embd, B]
+    ggml_tensor * x = ggml_get_rows(ctx, target_.tok_embd, g.toks);  // [n_embd, B]
     if (c.input_embedding_scale != 1.0f) x = ggml_scale(ctx, x, c.input_embedding_scale);
-    const int64_t kv_dim = int64_t(c.head_dim) * c.n_head_kv;
-    const size_t row_k = ggml_row_size(k_cache_[0]->type, kv_dim);
-    const float scale = 1.0f / std::sqrt(float(c.head_dim));
-    for (int32_t l = 0; l < c.n_layer; ++l) {
-        const DraftLayerWeights & L = weights_->layers[l];
-        ggml_tensor * hn = rms(ctx, x, L.attn_norm);
-        const std::vector<ggml_tensor *> qkv = project(ctx, {L.wq, L.wk, L.wv}, hn);  // [rows, B] views
-        ggml_tensor * q = qkv[0], * k = qkv[1], * v = qkv[2];
-        if (L.bq) q = ggml_add(ctx, q, L.bq);
-        if (L.bk) k = ggml_add(ctx, k, L.bk);
-        if (L.bv) v = ggml_add(ctx, v, L.bv);
-        const size_t hd = ggml_row_size(q->type, c.head_dim);
-        q = rms(ctx, ggml_view_3d(ctx, q, c.head_dim, c.n_head, B, hd, q->nb[1], 0), L.q_norm);
-        k = rms(ctx, ggml_view_3d(ctx, k, c.head_dim, c.n_head_kv, B, hd, k->nb[1], 0), L.k_norm);
-        q = ggml_rope_ext(ctx, q, pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
-                          0.0f, 1.0f, 0.0f, 0.0f);
-        k = ggml_rope_ext(ctx, k, pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
-                          0.0f, 1.0f, 0.0f, 0.0f);
-        // The block's K/V go into the rows after the live context; viewing the set_rows result
-        // (not the cache tensor) makes the attention depend on the write.
-        ggml_tensor * kc = ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, B), slots);
-        ggml_tensor * vc = ggml_set_rows(ctx, v_cache_[l], v, slots);
-        ggml_tensor * K = ggml_view_3d(ctx, kc, c.head_dim, c.n_head_kv, n_kv, ggml_row_size(kc->type, c.head_dim), row_k, 0);
-        ggml_tensor * V = ggml_view_3d(ctx, vc, c.head_dim, c.n_head_kv, n_kv, ggml_row_size(vc->type, c.head_dim), row_k, 0);
-        K = ggml_permute(ctx, K, 0, 2, 1, 3);  // [head_dim, n_kv, n_head_kv]
-        V = ggml_permute(ctx, V, 0, 2, 1, 3);
-        q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [head_dim, B, n_head]
-        ggml_tensor * a = attention(ctx, q, K, V, masks[size_t(kind_of[l])], scale);  // [head_dim*n_head, B]
-        a = matmul(ctx, L.wo, a);
-        if (L.bo) a = ggml_add(ctx, a, L.bo);
-        x = ggml_add(ctx, x, a);
-        hn = rms(ctx, x, L.ffn_norm);
-        const std::vector<ggml_tensor *> gate_up = project(ctx, {L.ffn_gate, L.ffn_up}, hn);
-        ggml_tensor * ff = ggml_swiglu_split(ctx, gate_up[0], gate_up[1]);
-        x = ggml_add(ctx, x, matmul(ctx, L.ffn_down, ff));
-    }
+    for (int32_t l = 0; l < c.n_layer; ++l) x = block_layer(ctx, g, l, x);
     x = rms(ctx, x, weights_->out_norm);
     // Only positions 1..B-1 are drafts; position 0 is `last`, already known.
     x = ggml_view_2d(ctx, x, c.n_embd, B - 1, x->nb[1], x->nb[1]);
@@ -164,51 +136,95 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     if (c.logit_softcap > 0.0f) {
         logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / c.logit_softcap)), c.logit_softcap);
     }
-    const TopKLogProbs top = top_k_log_softmax(ctx, logits, top_k);  // [K, B-1] each
-    ggml_set_output(top.ids);
-    ggml_set_output(top.logp);
-    ggml_build_forward_expand(g.gf, top.ids);
-    ggml_build_forward_expand(g.gf, top.logp);
-    alloc_graph_or_throw(galloc_, g.gf, backend_, "draft graph", "lower the draft top_k");
+    g.top = top_k_log_softmax(ctx, logits, top_k);  // [K, B-1] each
+    ggml_set_output(g.top.ids);
+    ggml_set_output(g.top.logp);
+    ggml_build_forward_expand(gf, g.top.ids);
+    ggml_build_forward_expand(gf, g.top.logp);
+    return g;
+}
 
-    std::vector<int32_t> tok_v(static_cast<size_t>(B), c.mask_token_id), pos_v(static_cast<size_t>(B));
-    std::vector<int64_t> slot_v(static_cast<size_t>(B));
-    tok_v[0] = last;
+// Draft layer l over the block x [n_embd, B]: attention over the cached context + the block, then
+// the SwiGLU MLP, each a pre-norm residual step.
+ggml_tensor * DraftModel::block_layer(ggml_context * ctx, const ProposeGraph & g, int32_t l, ggml_tensor * x) const {
+    const DraftConfig & c = cfg_;
+    const DraftLayerWeights & L = weights_->layers[l];
+    const int32_t B = c.block_size;
+    const int64_t kv_dim = int64_t(c.head_dim) * c.n_head_kv;
+    ggml_tensor * hn = rms(ctx, x, L.attn_norm);
+    const std::vector<ggml_tensor *> qkv = L.attn_qkv.project(ctx, hn);  // [rows, B] views
+    ggml_tensor * q = qkv[0], * k = qkv[1], * v = qkv[2];
+    if (L.bq) q = ggml_add(ctx, q, L.bq);
+    if (L.bk) k = ggml_add(ctx, k, L.bk);
+    if (L.bv) v = ggml_add(ctx, v, L.bv);
+    const size_t hd = ggml_row_size(q->type, c.head_dim);
+    q = rms(ctx, ggml_view_3d(ctx, q, c.head_dim, c.n_head, B, hd, q->nb[1], 0), L.q_norm);
+    k = rms(ctx, ggml_view_3d(ctx, k, c.head_dim, c.n_head_kv, B, hd, k->nb[1], 0), L.k_norm);
+    q = ggml_rope_ext(ctx, q, g.pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
+                      0.0f, 1.0f, 0.0f, 0.0f);
+    k = ggml_rope_ext(ctx, k, g.pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
+                      0.0f, 1.0f, 0.0f, 0.0f);
+    // The block's K/V go into the rows after the live context; viewing the set_rows result
+    // (not the cache tensor) makes the attention depend on the write.
+    ggml_tensor * kc = ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, B), g.slots);
+    ggml_tensor * vc = ggml_set_rows(ctx, v_cache_[l], v, g.slots);
+    const size_t row_k = ggml_row_size(k_cache_[0]->type, kv_dim);
+    ggml_tensor * K = ggml_view_3d(ctx, kc, c.head_dim, c.n_head_kv, g.n_kv, ggml_row_size(kc->type, c.head_dim), row_k, 0);
+    ggml_tensor * V = ggml_view_3d(ctx, vc, c.head_dim, c.n_head_kv, g.n_kv, ggml_row_size(vc->type, c.head_dim), row_k, 0);
+    K = ggml_permute(ctx, K, 0, 2, 1, 3);  // [head_dim, n_kv, n_head_kv]
+    V = ggml_permute(ctx, V, 0, 2, 1, 3);
+    q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [head_dim, B, n_head]
+    const float scale = 1.0f / std::sqrt(float(c.head_dim));
+    ggml_tensor * a = attention(ctx, q, K, V, g.masks[size_t(mask_of_layer_[size_t(l)])], scale, use_flash_);
+    a = matmul(ctx, L.wo, a);  // a: [head_dim*n_head, B]
+    if (L.bo) a = ggml_add(ctx, a, L.bo);
+    x = ggml_add(ctx, x, a);
+    hn = rms(ctx, x, L.ffn_norm);
+    const std::vector<ggml_tensor *> gate_up = L.ffn_gate_up.project(ctx, hn);
+    ggml_tensor * ff = ggml_swiglu_split(ctx, gate_up[0], gate_up[1]);
+    return ggml_add(ctx, x, matmul(ctx, L.ffn_down, ff));
+}
+
+void DraftModel::set_propose_inputs(const ProposeGraph & g, int32_t last, int32_t n_valid) {
+    const int32_t B = cfg_.block_size;
+    host_.toks.assign(size_t(B), cfg_.mask_token_id);
+    host_.toks[0] = last;
+    host_.pos.resize(size_t(B));
+    host_.slots.resize(size_t(B));
     for (int32_t i = 0; i < B; ++i) {
-        pos_v[i] = n_past_ + i;
-        slot_v[i] = n_valid + i;
+        host_.pos[size_t(i)] = n_past_ + i;
+        host_.slots[size_t(i)] = n_valid + i;
     }
-    ggml_backend_tensor_set(toks, tok_v.data(), 0, ggml_nbytes(toks));
-    ggml_backend_tensor_set(pos, pos_v.data(), 0, ggml_nbytes(pos));
-    ggml_backend_tensor_set(slots, slot_v.data(), 0, ggml_nbytes(slots));
-    std::vector<ggml_fp16_t> mask_v(size_t(n_kv) * size_t(B));
-    for (size_t k = 0; k < kinds.size(); ++k) {
-        fill_mask(kinds[k], n_valid, n_kv, B, mask_v.data());
-        ggml_backend_tensor_set(masks[k], mask_v.data(), 0, ggml_nbytes(masks[k]));
+    ggml_backend_tensor_set(g.toks, host_.toks.data(), 0, ggml_nbytes(g.toks));
+    ggml_backend_tensor_set(g.pos, host_.pos.data(), 0, ggml_nbytes(g.pos));
+    ggml_backend_tensor_set(g.slots, host_.slots.data(), 0, ggml_nbytes(g.slots));
+    host_.mask.resize(size_t(g.n_kv) * size_t(B));
+    for (size_t k = 0; k < mask_kinds_.size(); ++k) {
+        fill_mask(mask_kinds_[k], n_valid, g.n_kv, B, host_.mask.data());
+        ggml_backend_tensor_set(g.masks[k], host_.mask.data(), 0, ggml_nbytes(g.masks[k]));
     }
-    {
-        // one block over the same context in every run that must agree: any deterministic kernel will do
-        const BatchDependentKernels fast;
-        compute(g.gf, "propose");
-    }
+}
 
+// ggml_top_k leaves each row unordered; order the K entries per row on the host (tiny): best
+// first, ties by lower id.
+void DraftModel::read_top_k(const ProposeGraph & g, int32_t top_k, int32_t * ids, float * logp) {
+    const int32_t B = cfg_.block_size;
     const size_t n_out = size_t(B - 1) * size_t(top_k);
-    std::vector<int32_t> id_v(n_out);
-    std::vector<float> lp_v(n_out);
-    ggml_backend_tensor_get(top.ids, id_v.data(), 0, n_out * sizeof(int32_t));
-    ggml_backend_tensor_get(top.logp, lp_v.data(), 0, n_out * sizeof(float));
-    // ggml_top_k leaves each row unordered; order K entries per row on the host (tiny).
-    std::vector<int32_t> order(static_cast<size_t>(top_k));
+    host_.ids.resize(n_out);
+    host_.logp.resize(n_out);
+    ggml_backend_tensor_get(g.top.ids, host_.ids.data(), 0, n_out * sizeof(int32_t));
+    ggml_backend_tensor_get(g.top.logp, host_.logp.data(), 0, n_out * sizeof(float));
+    host_.order.resize(size_t(top_k));
     for (int32_t r = 0; r < B - 1; ++r) {
-        const int32_t * rid = id_v.data() + size_t(r) * top_k;
-        const float * rlp = lp_v.data() + size_t(r) * top_k;
-        std::iota(order.begin(), order.end(), 0);
-        std::sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        const int32_t * rid = host_.ids.data() + size_t(r) * top_k;
+        const float * rlp = host_.logp.data() + size_t(r) * top_k;
+        std::iota(host_.order.begin(), host_.order.end(), 0);
+        std::sort(host_.order.begin(), host_.order.end(), [&](int32_t a, int32_t b) {
             return rlp[a] != rlp[b] ? rlp[a] > rlp[b] : rid[a] < rid[b];
         });
         for (int32_t j = 0; j < top_k; ++j) {
-            ids[size_t(r) * top_k + j] = rid[order[j]];
-            logp[size_t(r) * top_k + j] = rlp[order[j]];
+            ids[size_t(r) * top_k + j] = rid[host_.order[size_t(j)]];
+            logp[size_t(r) * top_k + j] = rlp[host_.order[size_t(j)]];
         }
     }
 }

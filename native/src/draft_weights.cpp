@@ -3,13 +3,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <thread>
 
 #include "ggml-alloc.h"
 
 #include "backend.hpp"
 #include "error.hpp"
+#include "host_convert.hpp"
 #include "matmul.hpp"
 #include "safetensors.hpp"
 
@@ -25,6 +25,13 @@ struct Pending {
     const StTensor * src;
 };
 
+// The ggml type of a checkpoint tensor (its dtype is BF16, F16 or F32: checked on lookup).
+ggml_type source_type(const StTensor & t) {
+    if (t.dtype == "BF16") return GGML_TYPE_BF16;
+    if (t.dtype == "F16") return GGML_TYPE_F16;
+    return GGML_TYPE_F32;
+}
+
 ggml_type storage_type(DraftWeightType w, const StTensor & src, int64_t row_len) {
     switch (w) {
         case DraftWeightType::f32: return GGML_TYPE_F32;
@@ -33,45 +40,36 @@ ggml_type storage_type(DraftWeightType w, const StTensor & src, int64_t row_len)
         case DraftWeightType::q8_0: return row_len % ggml_blck_size(GGML_TYPE_Q8_0) == 0 ? GGML_TYPE_Q8_0 : GGML_TYPE_F16;
         case DraftWeightType::keep: break;
     }
-    if (src.dtype == "BF16") return GGML_TYPE_BF16;
-    if (src.dtype == "F16") return GGML_TYPE_F16;
-    return GGML_TYPE_F32;
+    return source_type(src);
 }
 
-void to_f32(const std::string & dtype, const void * src, float * dst, int64_t n) {
-    if (dtype == "F32") std::memcpy(dst, src, size_t(n) * sizeof(float));
-    else if (dtype == "F16") ggml_fp16_to_fp32_row((const ggml_fp16_t *) src, dst, n);
-    else ggml_bf16_to_fp32_row((const ggml_bf16_t *) src, dst, n);
-}
-
-// Converts n_rows rows of `row_len` elements from the checkpoint dtype to `type`.
-void convert_rows(const std::string & dtype, const void * src, ggml_type type, void * dst, int64_t n_rows,
-                  int64_t row_len, float * tmp) {
+// Converts n_rows rows of `row_len` elements from the checkpoint's src_type to `type`.
+void convert_rows(ggml_type src_type, const void * src, ggml_type type, void * dst, int64_t n_rows, int64_t row_len,
+                  float * tmp) {
     const int64_t n = n_rows * row_len;
-    if ((type == GGML_TYPE_F32 && dtype == "F32") || (type == GGML_TYPE_F16 && dtype == "F16") ||
-        (type == GGML_TYPE_BF16 && dtype == "BF16")) {
+    if (type == src_type) {
         std::memcpy(dst, src, size_t(n) * ggml_type_size(type));
         return;
     }
     float * f = type == GGML_TYPE_F32 ? (float *) dst : tmp;
-    to_f32(dtype, src, f, n);
+    to_f32(src_type, src, f, n);
     if (type == GGML_TYPE_F16) ggml_fp32_to_fp16_row(f, (ggml_fp16_t *) dst, n);
     else if (type == GGML_TYPE_BF16) ggml_fp32_to_bf16_row(f, (ggml_bf16_t *) dst, n);
     else if (type == GGML_TYPE_Q8_0) ggml_quantize_chunk(type, f, dst, 0, n_rows, row_len, nullptr);
 }
 
 // Row-parallel convert_rows: quantizing the 27B draft to q8_0 on one core takes many seconds.
-void convert_rows_parallel(const std::string & dtype, const uint8_t * src, ggml_type type, uint8_t * dst,
-                           int64_t n_rows, int64_t row_len, std::vector<float> & tmp) {
+void convert_rows_parallel(ggml_type src_type, const uint8_t * src, ggml_type type, uint8_t * dst, int64_t n_rows,
+                           int64_t row_len, std::vector<float> & tmp) {
     tmp.resize(size_t(n_rows * row_len));
-    const size_t src_row = size_t(row_len) * st_dtype_size(dtype), dst_row = ggml_row_size(type, row_len);
+    const size_t src_row = ggml_row_size(src_type, row_len), dst_row = ggml_row_size(type, row_len);
     const int64_t n_threads = std::max<int64_t>(1, std::min<int64_t>(std::thread::hardware_concurrency(), n_rows / 64));
     const int64_t per = (n_rows + n_threads - 1) / n_threads;
     std::vector<std::thread> pool;
     for (int64_t t = 0; t < n_threads; ++t) {
         const int64_t r0 = t * per, nr = std::min(per, n_rows - r0);
         if (nr <= 0) break;
-        pool.emplace_back(convert_rows, std::cref(dtype), src + size_t(r0) * src_row, type, dst + size_t(r0) * dst_row,
+        pool.emplace_back(convert_rows, src_type, src + size_t(r0) * src_row, type, dst + size_t(r0) * dst_row,
                           nr, row_len, tmp.data() + size_t(r0 * row_len));
     }
     for (auto & th : pool) th.join();
@@ -91,7 +89,7 @@ void upload(const SafetensorsSet & st, const Pending & p) {
         raw.resize(size_t(nr) * src_row);
         out.resize(size_t(nr) * dst_row);
         st.read_bytes(s, uint64_t(r0) * src_row, raw.size(), raw.data());
-        convert_rows_parallel(s.dtype, raw.data(), p.dst->type, out.data(), nr, row_len, tmp);
+        convert_rows_parallel(source_type(s), raw.data(), p.dst->type, out.data(), nr, row_len, tmp);
         ggml_backend_tensor_set(p.dst, out.data(), size_t(r0) * dst_row, out.size());
     }
 }
@@ -105,16 +103,15 @@ public:
     ggml_tensor * get(const std::string & name, std::vector<int64_t> shape, bool matrix) {
         const StTensor * s = find(name, shape);
         const ggml_type type = matrix ? storage_type(wtype_, *s, shape.back()) : GGML_TYPE_F32;
-        ggml_tensor * t = shape.size() == 2 ? ggml_new_tensor_2d(w_.ctx, type, shape[1], shape[0])
-                                            : ggml_new_tensor_1d(w_.ctx, type, shape[0]);
+        ggml_tensor * t = shape.size() == 2 ? ggml_new_tensor_2d(w_.ctx.get(), type, shape[1], shape[0])
+                                            : ggml_new_tensor_1d(w_.ctx.get(), type, shape[0]);
         ggml_set_name(t, name.c_str());
         pending.push_back({t, s});
         return t;
     }
 
-    // Matrices [rows_i, n_in] that multiply one input, stacked per run of one storage type
-    // (new_stacked() in matmul.hpp), so one product serves each run.
-    std::vector<ggml_tensor *> get_stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>> & members) {
+    // Matrices [rows_i, n_in] that multiply one input (see StackedMatrices).
+    StackedMatrices get_stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>> & members) {
         std::vector<const StTensor *> src;
         std::vector<StackMember> layout;
         const int64_t n_in = members[0].second[1];
@@ -122,7 +119,7 @@ public:
             src.push_back(find(m.first, m.second));
             layout.push_back({m.first, storage_type(wtype_, *src.back(), n_in), m.second[0]});
         }
-        const std::vector<ggml_tensor *> out = new_stacked(w_.ctx, n_in, layout);
+        StackedMatrices out(w_.ctx.get(), n_in, layout);
         for (size_t i = 0; i < out.size(); ++i) pending.push_back({out[i], src[i]});
         return out;
     }
@@ -180,13 +177,8 @@ bool draft_weight_type_from_string(const std::string & s, DraftWeightType * out)
     return false;
 }
 
-DraftWeights::~DraftWeights() {
-    if (buffer) ggml_backend_buffer_free(buffer);
-    if (ctx) ggml_free(ctx);
-}
-
 size_t DraftWeights::nbytes() const {
-    return buffer ? ggml_backend_buffer_get_size(buffer) : 0;
+    return buffer ? ggml_backend_buffer_get_size(buffer.get()) : 0;
 }
 
 std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const DraftConfig & cfg,
@@ -200,7 +192,7 @@ std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const 
     auto w = std::make_unique<DraftWeights>();
     const size_t n_tensors = 3 + size_t(cfg.n_layer) * 18;
     ggml_init_params ip = {ggml_tensor_overhead() * n_tensors, nullptr, /*no_alloc=*/true};
-    w->ctx = ggml_init(ip);
+    w->ctx.reset(ggml_init(ip));
     if (!w->ctx) throw Error(LB_E_OOM, "cannot allocate the draft's tensor metadata");
 
     const int64_t E = cfg.n_embd, D = cfg.head_dim, F = cfg.n_ff;
@@ -213,12 +205,9 @@ std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const 
         const std::string p = "layers." + std::to_string(i) + ".";
         DraftLayerWeights L;
         L.attn_norm = b.get(p + "input_layernorm.weight", {E}, false);
-        const auto qkv = b.get_stacked({{p + "self_attn.q_proj.weight", {QD, E}},
-                                        {p + "self_attn.k_proj.weight", {KD, E}},
-                                        {p + "self_attn.v_proj.weight", {KD, E}}});
-        L.wq = qkv[0];
-        L.wk = qkv[1];
-        L.wv = qkv[2];
+        L.attn_qkv = b.get_stacked({{p + "self_attn.q_proj.weight", {QD, E}},
+                                    {p + "self_attn.k_proj.weight", {KD, E}},
+                                    {p + "self_attn.v_proj.weight", {KD, E}}});
         L.wo = b.get(p + "self_attn.o_proj.weight", {E, QD}, true);
         if (cfg.attention_bias) {
             L.bq = b.get(p + "self_attn.q_proj.bias", {QD}, false);
@@ -229,15 +218,13 @@ std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const 
         L.q_norm = b.get(p + "self_attn.q_norm.weight", {D}, false);
         L.k_norm = b.get(p + "self_attn.k_norm.weight", {D}, false);
         L.ffn_norm = b.get(p + "post_attention_layernorm.weight", {E}, false);
-        const auto gate_up = b.get_stacked({{p + "mlp.gate_proj.weight", {F, E}}, {p + "mlp.up_proj.weight", {F, E}}});
-        L.ffn_gate = gate_up[0];
-        L.ffn_up = gate_up[1];
+        L.ffn_gate_up = b.get_stacked({{p + "mlp.gate_proj.weight", {F, E}}, {p + "mlp.up_proj.weight", {F, E}}});
         L.ffn_down = b.get(p + "mlp.down_proj.weight", {E, F}, true);
         w->layers.push_back(L);
     }
-    w->buffer = alloc_tensors_or_throw(w->ctx, backend, "draft weights",
+    w->buffer = alloc_tensors_or_throw(w->ctx.get(), backend, "draft weights",
                                        "free memory, or load the draft with a smaller weight type (q8_0)");
-    ggml_backend_buffer_set_usage(w->buffer, GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
+    ggml_backend_buffer_set_usage(w->buffer.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (const Pending & p : b.pending) upload(st, p);
     return w;
 }

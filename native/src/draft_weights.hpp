@@ -9,9 +9,11 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "ggml.h"
 
 #include "draft_config.hpp"
+#include "matmul.hpp"
 
 namespace lb {
 
@@ -27,35 +29,26 @@ enum class DraftWeightType {
 // Parses "keep" | "f32" | "f16" | "bf16" | "q8_0"; false when unknown.
 bool draft_weight_type_from_string(const std::string & s, DraftWeightType * out);
 
-// q|k|v and gate|up are stacked per run of one storage type (new_stacked() in matmul.hpp): row-range
-// views of one taller matrix, so one product serves them.
 struct DraftLayerWeights {
     ggml_tensor * attn_norm = nullptr;  // [n_embd]
-    ggml_tensor * wq = nullptr;         // [n_embd, n_head*head_dim]
-    ggml_tensor * wk = nullptr;         // [n_embd, n_head_kv*head_dim]
-    ggml_tensor * wv = nullptr;         // [n_embd, n_head_kv*head_dim]
+    StackedMatrices attn_qkv;           // q [n_embd, n_head*head_dim], k, v [n_embd, n_head_kv*head_dim]
     ggml_tensor * wo = nullptr;         // [n_head*head_dim, n_embd]
     ggml_tensor * bq = nullptr, * bk = nullptr, * bv = nullptr, * bo = nullptr;  // attention_bias only
     ggml_tensor * q_norm = nullptr;     // [head_dim]
     ggml_tensor * k_norm = nullptr;     // [head_dim]
     ggml_tensor * ffn_norm = nullptr;   // [n_embd]
-    ggml_tensor * ffn_gate = nullptr;   // [n_embd, n_ff]
-    ggml_tensor * ffn_up = nullptr;     // [n_embd, n_ff]
+    StackedMatrices ffn_gate_up;        // gate, up: [n_embd, n_ff] each
     ggml_tensor * ffn_down = nullptr;   // [n_ff, n_embd]
 };
 
 struct DraftWeights {
-    ggml_context * ctx = nullptr;             // tensor metadata only
-    ggml_backend_buffer_t buffer = nullptr;   // all tensor data, on the backend
+    ggml_context_ptr ctx;                     // tensor metadata only
+    ggml_backend_buffer_ptr buffer;           // all tensor data, on the backend (freed before ctx)
     ggml_tensor * fc = nullptr;               // [n_feat, n_embd]: concat of target features -> hidden
     ggml_tensor * hidden_norm = nullptr;      // [n_embd], applied after fc
     ggml_tensor * out_norm = nullptr;         // [n_embd], before the target's output matrix
     std::vector<DraftLayerWeights> layers;
 
-    DraftWeights() = default;
-    DraftWeights(const DraftWeights &) = delete;
-    DraftWeights & operator=(const DraftWeights &) = delete;
-    ~DraftWeights();
     size_t nbytes() const;
 };
 

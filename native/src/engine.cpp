@@ -59,9 +59,9 @@ void lb_engine::load(const lb_params & p) {
           "batch_invariant must be 0 or 1, got " + std::to_string(p.batch_invariant));
 
     lb::backend_init(backend, p.device, p.n_threads, p.batch_invariant != 0);
-    model = lb::load_target(target_path, backend.backend, backend.is_cpu());
+    model = lb::load_target(target_path, backend.get(), backend.is_cpu());
     if (!backend.is_cpu()) check_cuda_shapes(model->hp);
-    lb::cache_init(cache, *model, backend.backend, max_ctx, kv_type, max_tree);
+    lb::cache_init(cache, *model, backend.get(), max_ctx, kv_type, max_tree);
     lb::log_msg(LB_LOG_INFO, "caches: %.1f MiB (%d KV rows, %s)", double(cache.bytes()) / (1 << 20), cache.rows,
                 ggml_type_name(kv_type));
     if (p.draft_path != nullptr && p.draft_path[0] != '\0') load_draft(p.draft_path);
@@ -77,7 +77,7 @@ void lb_engine::load_draft(const std::string & dir) {
     lb::DraftOptions opt;
     opt.kv_type = backend.is_cpu() ? GGML_TYPE_F32 : GGML_TYPE_F16;
     opt.ctx_size = max_ctx;
-    draft = lb::DraftModel::load(dir, backend.backend, t, opt);
+    draft = lb::DraftModel::load(dir, backend.get(), t, opt);
     set_capture_layers(draft->config().target_layer_ids);
     on_commit = [this](const int32_t * rows, int32_t n) { draft->append(cache.capture, rows, n); };
     on_reset = [this] { draft->reset(); };
@@ -95,21 +95,6 @@ void lb_engine::draft_block(int32_t last, int32_t top_k, int32_t * ids, float * 
           "lb_draft: the draft context holds " + std::to_string(draft->n_past()) + " tokens but " +
               std::to_string(n_past) + " are committed; call lb_reset and prefill again");
     draft->propose(last, top_k, ids, logp);
-}
-
-lb_engine::~lb_engine() { free_graphs(); }
-
-void lb_engine::free_graphs() {
-    for (ForwardSlot * s : {&prefill_slot_, &step_slot_, &verify_slot_}) {
-        s->graph.reset();
-        if (s->galloc) ggml_gallocr_free(s->galloc);
-        s->galloc = nullptr;
-    }
-    for (auto & kv : commit_slots_) {
-        kv.second.graph.reset();
-        if (kv.second.galloc) ggml_gallocr_free(kv.second.galloc);
-    }
-    commit_slots_.clear();
 }
 
 lb_model_info lb_engine::info() const {
@@ -140,13 +125,13 @@ void lb_engine::set_capture_layers(const std::vector<int32_t> & layers) {
         check(l >= 0 && l < model->hp.n_layer, LB_E_INVALID_ARG,
               "capture layer " + std::to_string(l) + " is outside the target's 0.." + std::to_string(model->hp.n_layer - 1));
     }
-    lb::cache_set_capture(cache, backend.backend, model->hp.n_embd, layers, std::max(ubatch, max_tree));
+    lb::cache_set_capture(cache, backend.get(), model->hp.n_embd, layers, std::max(ubatch, max_tree));
     ++capture_gen_;  // every cached forward graph is rebuilt on its next use
 }
 
 int32_t lb_engine::n_kv_for(int32_t n_tokens) const {
     const int32_t need = n_past + n_tokens;
-    return std::min(cache.rows, (need + lb::kKvPad - 1) / lb::kKvPad * lb::kKvPad);
+    return std::min(cache.rows, lb::pad_kv_rows(need));
 }
 
 void lb_engine::check_tokens(const int32_t * toks, int32_t n, const char * what) const {
@@ -174,14 +159,8 @@ void lb_engine::check_batch(const int32_t * toks, int32_t n, const float * logit
 
 lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::ForwardShape & shape, const char * what) {
     if (slot.graph && slot.graph->shape == shape) return *slot.graph;
-    slot.graph.reset();
-    std::unique_ptr<lb::ForwardGraph> g = lb::build_forward(*model, cache, shape);
-    lb::check_graph_supported(backend, g->meta.gf, what);
-    lb::mark_graph_reusable(g->meta.gf);
-    if (!slot.galloc) slot.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.backend));
-    lb::alloc_graph_or_throw(slot.galloc, g->meta.gf, backend.backend, what, "lower ubatch or max_tree");
-    slot.graph = std::move(g);
-    return *slot.graph;
+    slot.graph.reset();  // its tensors' metadata before the next graph's
+    return lb::install_graph(backend, slot, lb::build_forward(*model, cache, shape), what, "lower ubatch or max_tree");
 }
 
 // Computes a forward graph; with `sampling`, uploads the tail's inputs first and reads its
@@ -219,7 +198,7 @@ void lb_engine::processed_row(int32_t row, float * out, int64_t cap) {
 }
 
 void lb_engine::compute(ggml_cgraph * gf, const char * what) {
-    const ggml_status st = ggml_backend_graph_compute(backend.backend, gf);
+    const ggml_status st = ggml_backend_graph_compute(backend.get(), gf);
     check(st == GGML_STATUS_SUCCESS, LB_E_BACKEND,
           std::string(what) + " failed on " + backend.name() + " (ggml status " + std::to_string(int(st)) + ")");
 }

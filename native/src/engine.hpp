@@ -5,7 +5,7 @@
 // that into a status code. State invariant between calls: n_past committed tokens are in the caches.
 //
 // The DFlash draft (draft_*.cpp) is wired in load_draft() (engine.cpp) through what it borrows here:
-//   backend.backend                      the ggml backend every buffer below is on
+//   backend.get()                        the ggml backend every buffer below is on
 //   model->tok_embd / ->output           [n_embd, n_vocab] token embedding / lm head (== tok_embd if tied)
 //   model->output_norm                   [n_embd] final norm weight
 //   model->hp                            every hyperparameter (n_embd, n_layer, n_vocab, ...)
@@ -71,7 +71,6 @@ struct lb_engine {
     std::function<void()> on_reset;
 
     void load(const lb_params & p);
-    ~lb_engine();
 
     void reset();
     // Feeds toks[0..n) after the prefix in micro-batches; *out_next = argmax after the last token.
@@ -97,16 +96,10 @@ struct lb_engine {
     lb_model_info info() const;
 
 private:
-    // One cached graph per call kind, with its own compute buffer: reusing the graph object
-    // keeps tensor addresses (and ggml-cuda's captured CUDA graph) stable across calls.
-    struct ForwardSlot {
-        std::unique_ptr<lb::ForwardGraph> graph;
-        ggml_gallocr_t galloc = nullptr;
-    };
-    struct CommitSlot {
-        std::unique_ptr<lb::CommitGraph> graph;
-        ggml_gallocr_t galloc = nullptr;
-    };
+    // One cached graph per call kind, with its own compute buffer (see GraphSlot); declared after
+    // the backend and caches they use, so destroyed before them.
+    using ForwardSlot = lb::GraphSlot<lb::ForwardGraph>;
+    using CommitSlot = lb::GraphSlot<lb::CommitGraph>;
     ForwardSlot prefill_slot_, step_slot_, verify_slot_;
     // commit graphs by (n_path, move_kv): accepted lengths vary every step, and a graph per
     // length (a few MB each) is cheaper than re-planning one graph per call
@@ -140,6 +133,5 @@ private:
     void set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n);
     void run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, int32_t rows, const char * what);
     void compute(ggml_cgraph * gf, const char * what);
-    void free_graphs();
     void load_draft(const std::string & dir);
 };

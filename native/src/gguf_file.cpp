@@ -42,15 +42,15 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
           where() + " is not a GGUF file (no GGUF magic); pass a .gguf model converted by llama.cpp");
 
     gguf_init_params gp = {/*no_alloc=*/true, /*ctx=*/nullptr};
-    gguf_ = gguf_init_from_file(path.c_str(), gp);
+    gguf_.reset(gguf_init_from_file(path.c_str(), gp));
     check(gguf_ != nullptr, LB_E_FORMAT, where() + " has a corrupt or truncated GGUF header; re-download or re-convert it");
 
     // Every tensor's bytes must lie inside the file: a cut-off download fails here, not in a kernel.
-    const size_t data_offset = gguf_get_data_offset(gguf_);
-    for (int64_t i = 0; i < gguf_get_n_tensors(gguf_); ++i) {
-        const size_t end = data_offset + gguf_get_tensor_offset(gguf_, i) + gguf_get_tensor_size(gguf_, i);
+    const size_t data_offset = gguf_get_data_offset(gguf_.get());
+    for (int64_t i = 0; i < gguf_get_n_tensors(gguf_.get()); ++i) {
+        const size_t end = data_offset + gguf_get_tensor_offset(gguf_.get(), i) + gguf_get_tensor_size(gguf_.get(), i);
         if (end > size_) {
-            throw Error(LB_E_FORMAT, where() + " is truncated: tensor '" + gguf_get_tensor_name(gguf_, i) +
+            throw Error(LB_E_FORMAT, where() + " is truncated: tensor '" + gguf_get_tensor_name(gguf_.get(), i) +
                                          "' ends at byte " + std::to_string(end) + " but the file has " +
                                          std::to_string(size_) + " bytes; re-download it");
         }
@@ -63,7 +63,6 @@ GgufFile::GgufFile(const std::string & path) : path_(path) {
 }
 
 GgufFile::~GgufFile() {
-    if (gguf_) gguf_free(gguf_);
     if (map_ && owns_map_) munmap(map_, size_);
     if (fd_ >= 0) close(fd_);
 }
@@ -75,7 +74,7 @@ void * GgufFile::adopt_map(size_t * size) {
 }
 
 int64_t GgufFile::key_id(const std::string & key, bool required) const {
-    const int64_t id = gguf_find_key(gguf_, key.c_str());
+    const int64_t id = gguf_find_key(gguf_.get(), key.c_str());
     check(id >= 0 || !required, LB_E_FORMAT, where() + " lacks metadata key " + key + "; re-convert the model");
     return id;
 }
@@ -84,28 +83,28 @@ bool GgufFile::has_key(const std::string & key) const { return key_id(key, false
 
 bool GgufFile::is_array(const std::string & key) const {
     const int64_t id = key_id(key, false);
-    return id >= 0 && gguf_get_kv_type(gguf_, id) == GGUF_TYPE_ARRAY;
+    return id >= 0 && gguf_get_kv_type(gguf_.get(), id) == GGUF_TYPE_ARRAY;
 }
 
 std::string GgufFile::get_str(const std::string & key) const {
     const int64_t id = key_id(key, true);
-    check(gguf_get_kv_type(gguf_, id) == GGUF_TYPE_STRING, LB_E_FORMAT, where() + ": metadata " + key + " is not a string; re-convert the model");
-    return gguf_get_val_str(gguf_, id);
+    check(gguf_get_kv_type(gguf_.get(), id) == GGUF_TYPE_STRING, LB_E_FORMAT, where() + ": metadata " + key + " is not a string; re-convert the model");
+    return gguf_get_val_str(gguf_.get(), id);
 }
 
 uint32_t GgufFile::get_u32(const std::string & key, bool required, uint32_t dflt) const {
     const int64_t id = key_id(key, required);
     if (id < 0) return dflt;
     int64_t v = -1;
-    switch (gguf_get_kv_type(gguf_, id)) {
-        case GGUF_TYPE_UINT8:  v = gguf_get_val_u8(gguf_, id); break;
-        case GGUF_TYPE_INT8:   v = gguf_get_val_i8(gguf_, id); break;
-        case GGUF_TYPE_UINT16: v = gguf_get_val_u16(gguf_, id); break;
-        case GGUF_TYPE_INT16:  v = gguf_get_val_i16(gguf_, id); break;
-        case GGUF_TYPE_UINT32: v = gguf_get_val_u32(gguf_, id); break;
-        case GGUF_TYPE_INT32:  v = gguf_get_val_i32(gguf_, id); break;
-        case GGUF_TYPE_UINT64: v = int64_t(gguf_get_val_u64(gguf_, id)); break;
-        case GGUF_TYPE_INT64:  v = gguf_get_val_i64(gguf_, id); break;
+    switch (gguf_get_kv_type(gguf_.get(), id)) {
+        case GGUF_TYPE_UINT8:  v = gguf_get_val_u8(gguf_.get(), id); break;
+        case GGUF_TYPE_INT8:   v = gguf_get_val_i8(gguf_.get(), id); break;
+        case GGUF_TYPE_UINT16: v = gguf_get_val_u16(gguf_.get(), id); break;
+        case GGUF_TYPE_INT16:  v = gguf_get_val_i16(gguf_.get(), id); break;
+        case GGUF_TYPE_UINT32: v = gguf_get_val_u32(gguf_.get(), id); break;
+        case GGUF_TYPE_INT32:  v = gguf_get_val_i32(gguf_.get(), id); break;
+        case GGUF_TYPE_UINT64: v = int64_t(gguf_get_val_u64(gguf_.get(), id)); break;
+        case GGUF_TYPE_INT64:  v = gguf_get_val_i64(gguf_.get(), id); break;
         case GGUF_TYPE_ARRAY: {
             // a per-layer array read as a scalar is only valid when every entry agrees
             const std::vector<int64_t> a = get_ints(key);
@@ -125,9 +124,9 @@ float GgufFile::get_f32(const std::string & key, bool required, float dflt) cons
     const int64_t id = key_id(key, required);
     if (id < 0) return dflt;
     double v = 0.0;
-    switch (gguf_get_kv_type(gguf_, id)) {
-        case GGUF_TYPE_FLOAT32: v = gguf_get_val_f32(gguf_, id); break;
-        case GGUF_TYPE_FLOAT64: v = gguf_get_val_f64(gguf_, id); break;
+    switch (gguf_get_kv_type(gguf_.get(), id)) {
+        case GGUF_TYPE_FLOAT32: v = gguf_get_val_f32(gguf_.get(), id); break;
+        case GGUF_TYPE_FLOAT64: v = gguf_get_val_f64(gguf_.get(), id); break;
         default: throw Error(LB_E_FORMAT, where() + ": metadata " + key + " is not a float; re-convert the model");
     }
     // no model hyperparameter is legitimately inf or NaN (or beyond float range)
@@ -138,13 +137,13 @@ float GgufFile::get_f32(const std::string & key, bool required, float dflt) cons
 
 std::vector<int64_t> GgufFile::get_ints(const std::string & key) const {
     const int64_t id = key_id(key, true);
-    check(gguf_get_kv_type(gguf_, id) == GGUF_TYPE_ARRAY, LB_E_FORMAT, where() + ": metadata " + key + " is not an array; re-convert the model");
+    check(gguf_get_kv_type(gguf_.get(), id) == GGUF_TYPE_ARRAY, LB_E_FORMAT, where() + ": metadata " + key + " is not an array; re-convert the model");
     // the element type first: gguf_get_arr_data aborts on a string array
-    const gguf_type t = gguf_get_arr_type(gguf_, id);
+    const gguf_type t = gguf_get_arr_type(gguf_.get(), id);
     check(is_integer_type(t), LB_E_FORMAT,
           where() + ": metadata array " + key + " holds " + gguf_type_name(t) + " values, not integers; re-convert the model");
-    const size_t n = gguf_get_arr_n(gguf_, id);
-    const void * data = gguf_get_arr_data(gguf_, id);
+    const size_t n = gguf_get_arr_n(gguf_.get(), id);
+    const void * data = gguf_get_arr_data(gguf_.get(), id);
     std::vector<int64_t> out(n);
     for (size_t i = 0; i < n; ++i) {
         switch (t) {
@@ -163,14 +162,14 @@ std::vector<int64_t> GgufFile::get_ints(const std::string & key) const {
     return out;
 }
 
-int64_t GgufFile::find_tensor(const std::string & name) const { return gguf_find_tensor(gguf_, name.c_str()); }
+int64_t GgufFile::find_tensor(const std::string & name) const { return gguf_find_tensor(gguf_.get(), name.c_str()); }
 
-const int64_t * GgufFile::tensor_ne(int64_t id) const { return gguf_get_tensor_ne(gguf_, id); }
+const int64_t * GgufFile::tensor_ne(int64_t id) const { return gguf_get_tensor_ne(gguf_.get(), id); }
 
-ggml_type GgufFile::tensor_type(int64_t id) const { return gguf_get_tensor_type(gguf_, id); }
+ggml_type GgufFile::tensor_type(int64_t id) const { return gguf_get_tensor_type(gguf_.get(), id); }
 
 const void * GgufFile::tensor_data(int64_t id) const {
-    return (const char *) map_ + gguf_get_data_offset(gguf_) + gguf_get_tensor_offset(gguf_, id);
+    return (const char *) map_ + gguf_get_data_offset(gguf_.get()) + gguf_get_tensor_offset(gguf_.get(), id);
 }
 
 }  // namespace lb

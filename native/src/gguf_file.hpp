@@ -10,9 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "ggml-cpp.h"
 #include "ggml.h"
-
-struct gguf_context;
 
 namespace lb {
 
@@ -52,7 +51,7 @@ private:
     void * map_ = nullptr;
     size_t size_ = 0;
     bool owns_map_ = true;
-    gguf_context * gguf_ = nullptr;
+    gguf_context_ptr gguf_;
 };
 
 }  // namespace lb

@@ -16,6 +16,7 @@
 #include "ggml-alloc.h"
 #include "ggml-cpu.h"
 #include "gguf_file.hpp"
+#include "host_convert.hpp"
 #include "matmul.hpp"
 
 namespace lb {
@@ -65,7 +66,7 @@ public:
 
 private:
     ggml_tensor * need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required = true);
-    std::vector<ggml_tensor *> need_stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>> & members);
+    StackedMatrices need_stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>> & members);
     int64_t check_tensor(const std::string & name, std::vector<int64_t> & ne, bool must_be_f32, bool required);
 
     GgufFile & f_;
@@ -208,16 +209,14 @@ ggml_tensor * TensorLoader::need(const std::string & name, std::vector<int64_t> 
     if (id < 0) return nullptr;
     const ggml_type type = f_.tensor_type(id);
     const bool convert = must_be_f32 && type != GGML_TYPE_F32;
-    ggml_tensor * t = ggml_new_tensor(m_.ctx, convert ? GGML_TYPE_F32 : type, GGML_MAX_DIMS, ne.data());
+    ggml_tensor * t = ggml_new_tensor(m_.ctx.get(), convert ? GGML_TYPE_F32 : type, GGML_MAX_DIMS, ne.data());
     ggml_set_name(t, name.c_str());
     sources_.push_back({t, id, convert});
     return t;
 }
 
-// Matrices [ne0, rows_i] that multiply one input, stacked per run of one storage type
-// (new_stacked() in matmul.hpp): one product then serves each run, and fewer, taller mat-muls run
-// much closer to a GPU's bandwidth.
-std::vector<ggml_tensor *> TensorLoader::need_stacked(
+// Matrices [ne0, rows_i] that multiply one input (see StackedMatrices).
+StackedMatrices TensorLoader::need_stacked(
     const std::vector<std::pair<std::string, std::vector<int64_t>>> & members) {
     std::vector<int64_t> ids;
     std::vector<StackMember> layout;
@@ -226,7 +225,7 @@ std::vector<ggml_tensor *> TensorLoader::need_stacked(
         ids.push_back(check_tensor(mem.first, ne, false, true));
         layout.push_back({mem.first, f_.tensor_type(ids.back()), ne[1]});
     }
-    const std::vector<ggml_tensor *> out = new_stacked(m_.ctx, members[0].second[0], layout);
+    StackedMatrices out(m_.ctx.get(), members[0].second[0], layout);
     for (size_t i = 0; i < out.size(); ++i) sources_.push_back({out[i], ids[i], false});
     return out;
 }
@@ -242,7 +241,7 @@ void TensorLoader::create_tensors() {
     m_.hp.n_vocab = int32_t(n_vocab);
 
     ggml_init_params ip = {ggml_tensor_overhead() * size_t(16 + 24 * hp.n_layer), nullptr, true};
-    m_.ctx = ggml_init(ip);
+    m_.ctx.reset(ggml_init(ip));
     check(m_.ctx != nullptr, LB_E_OOM, "cannot create the target's tensor context");
 
     const int64_t E = hp.n_embd, V = hp.n_vocab;
@@ -259,18 +258,12 @@ void TensorLoader::create_tensors() {
         L.recurrent = hp.recurrent[size_t(il)];
         L.attn_norm = need(p + "attn_norm.weight", {E}, true);
         L.post_norm = need(p + "post_attention_norm.weight", {E}, true);
-        const auto gate_up = need_stacked({{p + "ffn_gate.weight", {E, F}}, {p + "ffn_up.weight", {E, F}}});
-        L.ffn_gate = gate_up[0];
-        L.ffn_up = gate_up[1];
+        L.ffn_gate_up = need_stacked({{p + "ffn_gate.weight", {E, F}}, {p + "ffn_up.weight", {E, F}}});
         L.ffn_down = need(p + "ffn_down.weight", {F, E}, false);
         if (L.recurrent) {
             const int64_t C = hp.conv_channels(), Dv = hp.value_dim(), Hv = hp.n_v_heads;
-            const auto in = need_stacked({{p + "attn_qkv.weight", {E, C}}, {p + "attn_gate.weight", {E, Dv}},
-                                             {p + "ssm_beta.weight", {E, Hv}}, {p + "ssm_alpha.weight", {E, Hv}}});
-            L.wqkv = in[0];
-            L.wz = in[1];
-            L.ssm_beta = in[2];
-            L.ssm_alpha = in[3];
+            L.ssm_in = need_stacked({{p + "attn_qkv.weight", {E, C}}, {p + "attn_gate.weight", {E, Dv}},
+                                     {p + "ssm_beta.weight", {E, Hv}}, {p + "ssm_alpha.weight", {E, Hv}}});
             L.conv1d = need(p + "ssm_conv1d.weight", {hp.d_conv, C}, true);
             L.ssm_dt = need(p + "ssm_dt.bias", {Hv}, true);
             L.ssm_a = need(p + "ssm_a", {Hv}, true);
@@ -278,30 +271,14 @@ void TensorLoader::create_tensors() {
             L.ssm_out = need(p + "ssm_out.weight", {Dv, E}, false);
         } else {
             const int64_t D = hp.head_dim;
-            const auto in = need_stacked({{p + "attn_q.weight", {E, 2 * D * hp.n_head}},
-                                             {p + "attn_k.weight", {E, D * hp.n_head_kv}},
-                                             {p + "attn_v.weight", {E, D * hp.n_head_kv}}});
-            L.wq = in[0];
-            L.wk = in[1];
-            L.wv = in[2];
+            L.attn_qkv = need_stacked({{p + "attn_q.weight", {E, 2 * D * hp.n_head}},
+                                       {p + "attn_k.weight", {E, D * hp.n_head_kv}},
+                                       {p + "attn_v.weight", {E, D * hp.n_head_kv}}});
             L.wo = need(p + "attn_output.weight", {D * hp.n_head, E}, false);
             L.q_norm = need(p + "attn_q_norm.weight", {D}, true);
             L.k_norm = need(p + "attn_k_norm.weight", {D}, true);
         }
     }
-}
-
-// Host conversion of a small F16/BF16 tensor to F32.
-std::vector<float> to_f32(const void * src, ggml_type type, int64_t n) {
-    std::vector<float> out(static_cast<size_t>(n));
-    if (type == GGML_TYPE_F16) {
-        ggml_fp16_to_fp32_row((const ggml_fp16_t *) src, out.data(), n);
-    } else if (type == GGML_TYPE_BF16) {
-        ggml_bf16_to_fp32_row((const ggml_bf16_t *) src, out.data(), n);
-    } else {
-        std::memcpy(out.data(), src, size_t(n) * sizeof(float));
-    }
-    return out;
 }
 
 void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
@@ -310,12 +287,12 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
     if (backend_is_cpu) {
         // Zero copy: tensors point into the mapping. Converted tensors and stacked matrices (whose
         // members are not adjacent in the file) get memory of their own, then their data.
-        m_.map = f_.adopt_map(&m_.map_size);
-        ggml_backend_buffer_t map_buf = ggml_backend_cpu_buffer_from_ptr(m_.map, m_.map_size);
+        m_.map.addr = f_.adopt_map(&m_.map.size);
+        ggml_backend_buffer_t map_buf = ggml_backend_cpu_buffer_from_ptr(m_.map.addr, m_.map.size);
         check(map_buf != nullptr, LB_E_OOM, "cannot wrap the mapped " + f_.where());
-        m_.buffers.push_back(map_buf);
+        m_.buffers.emplace_back(map_buf);
         ggml_init_params ip = {ggml_tensor_overhead() * (sources_.size() + 1), nullptr, true};
-        std::unique_ptr<ggml_context, decltype(&ggml_free)> own(ggml_init(ip), &ggml_free);  // freed on throw too
+        const ggml_context_ptr own(ggml_init(ip));  // the copies' metadata: freed on return or throw
         ggml_context * own_ctx = own.get();
         check(own_ctx != nullptr, LB_E_OOM, "cannot create a tensor context for the target");
         std::vector<std::pair<ggml_tensor *, ggml_tensor *>> owned;  // (model tensor, its copy in own_ctx)
@@ -336,9 +313,9 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
             m_.weight_bytes += ggml_nbytes(s.t);
         }
         if (!owned.empty()) {
-            ggml_backend_buffer_t buf = alloc_tensors_or_throw(own_ctx, backend, "target's stacked and converted tensors",
-                                                               "free host memory");
-            m_.buffers.push_back(buf);
+            m_.buffers.push_back(alloc_tensors_or_throw(own_ctx, backend, "target's stacked and converted tensors",
+                                                        "free host memory"));
+            ggml_backend_buffer_t buf = m_.buffers.back().get();
             // the model tensor must own the memory: alias it onto the allocated copy
             for (auto & o : owned) ggml_backend_tensor_alloc(buf, o.first, o.second->data);
             for (const Source * s : copied) {
@@ -349,9 +326,8 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
         return;
     }
 
-    ggml_backend_buffer_t buf = alloc_tensors_or_throw(m_.ctx, backend, "target weights",
-                                                       "use a smaller quant or free GPU memory");
-    m_.buffers.push_back(buf);
+    m_.buffers.push_back(alloc_tensors_or_throw(m_.ctx.get(), backend, "target weights",
+                                                "use a smaller quant or free GPU memory"));
     for (const Source & s : sources_) {
         set_data(s);
         m_.weight_bytes += ggml_nbytes(s.t);
@@ -361,7 +337,8 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
 void TensorLoader::set_data(const Source & s) {
     const char * src = (const char *) f_.tensor_data(s.gguf_id);
     if (s.convert) {
-        const std::vector<float> f = to_f32(src, f_.tensor_type(s.gguf_id), ggml_nelements(s.t));
+        std::vector<float> f(size_t(ggml_nelements(s.t)));
+        to_f32(f_.tensor_type(s.gguf_id), src, f.data(), ggml_nelements(s.t));
         ggml_backend_tensor_set(s.t, f.data(), 0, ggml_nbytes(s.t));
     } else {
         ggml_backend_tensor_set(s.t, src, 0, ggml_nbytes(s.t));
@@ -378,10 +355,8 @@ int32_t TargetHparams::n_attn_layers() const {
 
 int32_t TargetHparams::n_recurrent_layers() const { return n_layer - n_attn_layers(); }
 
-TargetModel::~TargetModel() {
-    for (ggml_backend_buffer_t b : buffers) ggml_backend_buffer_free(b);
-    if (ctx) ggml_free(ctx);
-    if (map) munmap(map, map_size);
+TargetModel::Mapping::~Mapping() {
+    if (addr) munmap(addr, size);
 }
 
 std::unique_ptr<TargetModel> load_target(const std::string & path, ggml_backend_t backend, bool backend_is_cpu) {

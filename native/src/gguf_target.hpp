@@ -17,7 +17,9 @@
 #include <vector>
 
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "ggml.h"
+#include "matmul.hpp"
 
 namespace lb {
 
@@ -57,26 +59,22 @@ struct TargetLayer {
     bool recurrent = false;
     ggml_tensor * attn_norm = nullptr;   // [n_embd]
     ggml_tensor * post_norm = nullptr;   // [n_embd] (post_attention_norm: before the FFN)
-    ggml_tensor * ffn_gate = nullptr;    // [n_embd, n_ff]
-    ggml_tensor * ffn_up = nullptr;      // [n_embd, n_ff]
+    StackedMatrices ffn_gate_up;         // gate, up: [n_embd, n_ff] each
     ggml_tensor * ffn_down = nullptr;    // [n_ff, n_embd]
 
     // full attention
-    ggml_tensor * wq = nullptr;          // [n_embd, 2*head_dim*n_head]: per head q then gate
-    ggml_tensor * wk = nullptr;          // [n_embd, head_dim*n_head_kv]
-    ggml_tensor * wv = nullptr;          // [n_embd, head_dim*n_head_kv]
+    StackedMatrices attn_qkv;            // q [n_embd, 2*head_dim*n_head] (per head: q then gate),
+                                         // k, v [n_embd, head_dim*n_head_kv]
     ggml_tensor * wo = nullptr;          // [head_dim*n_head, n_embd]
     ggml_tensor * q_norm = nullptr;      // [head_dim]
     ggml_tensor * k_norm = nullptr;      // [head_dim]
 
     // Gated DeltaNet
-    ggml_tensor * wqkv = nullptr;        // [n_embd, conv_channels]: q | k | v (pre-conv)
-    ggml_tensor * wz = nullptr;          // [n_embd, value_dim]: output gate z
+    StackedMatrices ssm_in;              // qkv [n_embd, conv_channels] (q | k | v, pre-conv),
+                                         // z [n_embd, value_dim] (output gate), beta, alpha [n_embd, n_v_heads]
     ggml_tensor * conv1d = nullptr;      // [d_conv, conv_channels] f32
     ggml_tensor * ssm_dt = nullptr;      // [n_v_heads] f32 (dt bias)
     ggml_tensor * ssm_a = nullptr;       // [n_v_heads] f32 (-exp(A_log))
-    ggml_tensor * ssm_beta = nullptr;    // [n_embd, n_v_heads]
-    ggml_tensor * ssm_alpha = nullptr;   // [n_embd, n_v_heads]
     ggml_tensor * ssm_norm = nullptr;    // [head_v_dim]
     ggml_tensor * ssm_out = nullptr;     // [value_dim, n_embd]
 };
@@ -89,23 +87,24 @@ struct TargetModel {
     ggml_tensor * output = nullptr;      // [n_embd, n_vocab]; == tok_embd when tied
     std::vector<TargetLayer> layers;
 
-    ggml_context * ctx = nullptr;                // tensor metadata
-    std::vector<ggml_backend_buffer_t> buffers;  // tensor data (device buffer, or mmap + converted)
-    void * map = nullptr;                        // the mmapped file, kept only when weights live in it
-    size_t map_size = 0;
+    // Owned, freed in reverse: the mapping last (the buffers may wrap it), the context after its buffers.
+    struct Mapping {
+        void * addr = nullptr;
+        size_t size = 0;
+        Mapping() = default;
+        Mapping(const Mapping &) = delete;
+        Mapping & operator=(const Mapping &) = delete;
+        ~Mapping();
+    } map;                                         // the mmapped file, kept only when weights live in it
+    ggml_context_ptr ctx;                          // tensor metadata
+    std::vector<ggml_backend_buffer_ptr> buffers;  // tensor data (device buffer, or mmap + converted)
     size_t weight_bytes = 0;
-
-    TargetModel() = default;
-    TargetModel(const TargetModel &) = delete;
-    TargetModel & operator=(const TargetModel &) = delete;
-    ~TargetModel();
 };
 
 // Reads, validates and uploads the target to `backend`. Matrices that multiply one input (a
-// DeltaNet layer's qkv|z|beta|alpha, an attention layer's q|k|v, gate|up) are stacked per run of
-// one storage type: the layer's tensors are row-range views of one taller matrix, so one product
-// serves them (project() in matmul.hpp). On the CPU backend the other weights stay in the mmapped
-// file (zero copy); stacked ones are copied, their members being apart in the file.
+// DeltaNet layer's qkv|z|beta|alpha, an attention layer's q|k|v, gate|up) are StackedMatrices.
+// On the CPU backend the other weights stay in the mmapped file (zero copy); stacked ones are
+// copied, their members being apart in the file.
 // Throws Error: LB_E_IO (missing/unreadable), LB_E_FORMAT (not a GGUF, truncated, missing key or
 // tensor, wrong shape), LB_E_UNSUPPORTED (architecture, tensor type, hyperparameters the ops
 // cannot run), LB_E_OOM (device allocation).

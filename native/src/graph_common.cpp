@@ -20,23 +20,7 @@ ggml_tensor * l2_norm(ggml_context * ctx, ggml_tensor * x) {
 
 }  // namespace
 
-GraphMeta::GraphMeta(size_t max_nodes) {
-    const size_t size = ggml_tensor_overhead() * max_nodes * 2 + ggml_graph_overhead_custom(max_nodes, false);
-    ggml_init_params ip = {size, nullptr, /*no_alloc=*/true};
-    ctx = ggml_init(ip);
-    check(ctx != nullptr, LB_E_OOM, "cannot allocate graph metadata");
-    gf = ggml_new_graph_custom(ctx, max_nodes, false);
-}
-
-GraphMeta::~GraphMeta() {
-    if (ctx) ggml_free(ctx);
-}
-
 size_t graph_max_nodes(int32_t n_layer) { return size_t(n_layer) * 96 + 512; }
-
-ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps) {
-    return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
-}
 
 DeltaOut build_delta_core(ggml_context * ctx, const TargetHparams & hp, const TargetLayer & L,
                           ggml_tensor * conv_state, ggml_tensor * ssm_state, ggml_tensor * qkv, ggml_tensor * g,

@@ -1,31 +1,18 @@
 // graph_common.hpp: pieces shared by the forward graph (target_graph.cpp) and the commit graph
-// (commit_graph.cpp): a metadata-only ggml context + graph, RMS norm, and the Gated DeltaNet core
-// that turns a layer's pre-conv inputs into its output (and, on a chain, its next state).
+// (commit_graph.cpp): their size bound, and the Gated DeltaNet core that turns a layer's pre-conv
+// inputs into its output (and, on a chain, its next state).
 #pragma once
 
 #include <cstdint>
 
 #include "ggml.h"
 #include "gguf_target.hpp"
+#include "layers.hpp"
 
 namespace lb {
 
-// A graph's tensor metadata (no data: gallocr places it) and the graph itself.
-struct GraphMeta {
-    ggml_context * ctx = nullptr;
-    ggml_cgraph * gf = nullptr;
-
-    explicit GraphMeta(size_t max_nodes);
-    ~GraphMeta();
-    GraphMeta(const GraphMeta &) = delete;
-    GraphMeta & operator=(const GraphMeta &) = delete;
-};
-
 // Upper bound on graph nodes for a target of n_layer layers.
 size_t graph_max_nodes(int32_t n_layer);
-
-// x * rsqrt(mean(x^2) + eps) * w, over ne0.
-ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);
 
 struct DeltaOut {
     ggml_tensor * y = nullptr;          // [S, n_v_heads, n]: delta-rule output (before the gated norm)

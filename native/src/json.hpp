@@ -1,43 +1,30 @@
-// json.hpp: a small strict JSON reader (RFC 8259) for config.json and safetensors headers.
-// No third-party JSON library is available to the build, and we only ever read small documents.
+// json.hpp: config.json and safetensors headers through nlohmann/json (from the pinned sdist), with
+// the engine's conventions on top: a bounded nesting depth, one-line errors, int64-only integers.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
-#include <utility>
-#include <vector>
+
+#include <nlohmann/json.hpp>
 
 namespace lb::json {
 
-enum class Type { null, boolean, number, string, array, object };
+using Value = nlohmann::json;
 
-struct Value {
-    Type type = Type::null;
-    bool boolean = false;
-    double number = 0.0;
-    bool is_integer = false;   // number written without fraction/exponent and fits int64
-    int64_t integer = 0;       // valid when is_integer
-    std::string string;
-    std::vector<Value> array;
-    std::vector<std::pair<std::string, Value>> object;  // file order; duplicate keys: last wins in find()
-
-    bool is_null() const { return type == Type::null; }
-    bool is_object() const { return type == Type::object; }
-    bool is_array() const { return type == Type::array; }
-    bool is_string() const { return type == Type::string; }
-    bool is_number() const { return type == Type::number; }
-    bool is_bool() const { return type == Type::boolean; }
-
-    // Member `key` of an object, or nullptr when absent or when this is not an object.
-    const Value * find(const std::string & key) const;
-};
-
-// Parses one JSON document (surrounding whitespace allowed). Throws std::runtime_error with the
-// byte offset of the first problem.
+// Parses one JSON document (RFC 8259: no comments, no NaN, UTF-8). Throws std::runtime_error
+// "invalid JSON at byte N: <problem>" (one line) on any syntax error or nesting past a sane depth.
 Value parse(const char * data, size_t size);
 
-// Human-readable name of a type, for error messages ("an integer", "a string", ...).
+// Member `key` of an object, or nullptr when absent or when `v` is not an object.
+const Value * find(const Value & v, const std::string & key);
+
+// The value as an int64 when it was written as an integer that fits one; nullopt otherwise
+// (fractions, exponents, integers past int64, other types).
+std::optional<int64_t> as_integer(const Value & v);
+
+// Type name for error messages: "an integer", "a number", "a string", ...
 const char * type_name(const Value & v);
 
 }  // namespace lb::json

@@ -1,9 +1,8 @@
-// matmul.hpp: the one way our graphs multiply by a matrix.
+// matmul.hpp: the one way our graphs multiply by a matrix, and matrices stacked to share a product.
 #pragma once
 
-#include <initializer_list>
+#include <cstdint>
 #include <string>
-#include <utility>
 #include <vector>
 
 #include "ggml.h"
@@ -26,53 +25,69 @@ struct StackMember {
     int64_t rows;
 };
 
-// The layout project() reads, for the model loaders: in ctx, each run of consecutive members of one
-// storage type becomes one matrix [n_in, sum of its rows] (named after its first member) and each
-// member a row-range view of it; a member alone in its run is a plain [n_in, rows] matrix. Returns
-// the members' tensors in order; filling them is the caller's.
-inline std::vector<ggml_tensor *> new_stacked(ggml_context * ctx, int64_t n_in, const std::vector<StackMember> & members) {
-    std::vector<ggml_tensor *> out;
+// Matrices that multiply one input (an attention layer's q|k|v, a FFN's gate|up, ...). Each run of
+// consecutive members of one storage type is stored as one taller matrix [n_in, sum of its rows]
+// (named after its first member + ".stack"), so one product serves the whole run: fewer, taller
+// mat-muls run much closer to a GPU's bandwidth. A member alone in its run is a plain matrix.
+class StackedMatrices {
+public:
+    StackedMatrices() = default;
+    // Creates the tensors in ctx (metadata only: allocating and filling them is the caller's).
+    StackedMatrices(ggml_context * ctx, int64_t n_in, const std::vector<StackMember> & members);
+
+    size_t size() const { return members_.size(); }
+    // Member i as [n_in, rows_i]: a row-range view of its run's matrix, or the matrix itself.
+    ggml_tensor * operator[](size_t i) const { return members_[i].w; }
+
+    // x [n_in, n] -> one [rows_i, n] result per member. Members of one run get their rows of the
+    // run's product as views with the whole product's row stride, so consumers must accept strided
+    // columns (ggml_cont where an op needs contiguous data).
+    std::vector<ggml_tensor *> project(ggml_context * ctx, ggml_tensor * x) const;
+
+private:
+    struct Member {
+        ggml_tensor * w;       // what operator[] returns
+        ggml_tensor * stack;   // the run's matrix when the run has several members, else nullptr
+        int64_t row0;          // first row of w in stack
+    };
+    std::vector<Member> members_;
+};
+
+inline StackedMatrices::StackedMatrices(ggml_context * ctx, int64_t n_in, const std::vector<StackMember> & members) {
     for (size_t i = 0; i < members.size();) {
         size_t j = i + 1;
         int64_t rows = members[i].rows;
         for (; j < members.size() && members[j].type == members[i].type; ++j) rows += members[j].rows;
         if (j - i == 1) {
-            out.push_back(ggml_new_tensor_2d(ctx, members[i].type, n_in, rows));
-            ggml_set_name(out.back(), members[i].name.c_str());
+            ggml_tensor * w = ggml_new_tensor_2d(ctx, members[i].type, n_in, rows);
+            ggml_set_name(w, members[i].name.c_str());
+            members_.push_back({w, nullptr, 0});
             i = j;
             continue;
         }
         ggml_tensor * stack = ggml_new_tensor_2d(ctx, members[i].type, n_in, rows);
         ggml_set_name(stack, (members[i].name + ".stack").c_str());
         for (int64_t row0 = 0; i < j; row0 += members[i].rows, ++i) {
-            out.push_back(ggml_view_2d(ctx, stack, n_in, members[i].rows, stack->nb[1], size_t(row0) * stack->nb[1]));
-            ggml_set_name(out.back(), members[i].name.c_str());
+            ggml_tensor * w = ggml_view_2d(ctx, stack, n_in, members[i].rows, stack->nb[1], size_t(row0) * stack->nb[1]);
+            ggml_set_name(w, members[i].name.c_str());
+            members_.push_back({w, stack, row0});
         }
     }
-    return out;
 }
 
-// x [k, n] times several matrices that share it, one result per matrix. Matrices stacked by
-// new_stacked() (row ranges of one taller matrix: views) share one product; each gets its rows of
-// it as a [rows, n] view with the whole product's row stride, so consumers must accept strided
-// columns (ggml_cont where an op needs contiguous data).
-inline std::vector<ggml_tensor *> project(ggml_context * ctx, std::initializer_list<ggml_tensor *> ws, ggml_tensor * x) {
+inline std::vector<ggml_tensor *> StackedMatrices::project(ggml_context * ctx, ggml_tensor * x) const {
     std::vector<ggml_tensor *> out;
-    std::vector<std::pair<const ggml_tensor *, ggml_tensor *>> products;  // (stacked matrix, its product)
-    for (ggml_tensor * w : ws) {
-        const ggml_tensor * s = w->view_src;
-        if (!s || s->ne[0] != w->ne[0] || s->nb[1] != w->nb[1] || w->view_offs % w->nb[1] != 0) {
-            out.push_back(matmul(ctx, w, x));
+    ggml_tensor * stack = nullptr, * product = nullptr;  // runs are consecutive: one product at a time
+    for (const Member & m : members_) {
+        if (!m.stack) {
+            out.push_back(matmul(ctx, m.w, x));
             continue;
         }
-        ggml_tensor * y = nullptr;
-        for (const auto & p : products) y = p.first == s ? p.second : y;
-        if (!y) {
-            y = matmul(ctx, const_cast<ggml_tensor *>(s), x);
-            products.push_back({s, y});
+        if (m.stack != stack) {
+            stack = m.stack;
+            product = matmul(ctx, stack, x);
         }
-        const size_t row0 = w->view_offs / w->nb[1];
-        out.push_back(ggml_view_2d(ctx, y, w->ne[1], y->ne[1], y->nb[1], row0 * y->nb[0]));
+        out.push_back(ggml_view_2d(ctx, product, m.w->ne[1], product->ne[1], product->nb[1], size_t(m.row0) * product->nb[0]));
     }
     return out;
 }

@@ -4,10 +4,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <memory>
-#include <sys/stat.h>
+#include <optional>
 
 #include "error.hpp"
+#include "file_io.hpp"
 #include "json.hpp"
 
 namespace lb {
@@ -18,31 +18,7 @@ namespace {
 constexpr uint64_t kMaxHeader = 100ull << 20;
 constexpr int64_t kMaxElems = int64_t(1) << 40;
 
-struct FileCloser {
-    void operator()(std::FILE * f) const { if (f) std::fclose(f); }
-};
-using File = std::unique_ptr<std::FILE, FileCloser>;
-
-File open_or_throw(const std::string & path) {
-    File f(std::fopen(path.c_str(), "rb"));
-    if (!f) throw Error(LB_E_IO, "cannot open " + path + ": check the path and permissions");
-    return f;
-}
-
-bool exists(const std::string & path) {
-    struct stat st{};
-    return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
-}
-
-std::string read_text(const std::string & path) {
-    File f = open_or_throw(path);
-    std::string text;
-    char buf[65536];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f.get())) > 0) text.append(buf, n);
-    if (std::ferror(f.get())) throw Error(LB_E_IO, "cannot read " + path);
-    return text;
-}
+constexpr const char * kOpenFix = "check the path and permissions";
 
 [[noreturn]] void bad(const std::string & path, const std::string & what) {
     throw Error(LB_E_FORMAT, path + ": " + what + " (not a valid safetensors file; re-download it)");
@@ -80,8 +56,8 @@ SafetensorsSet SafetensorsSet::open_dir(const std::string & dir) {
     const std::string index_path = dir + "/model.safetensors.index.json";
     const std::string single_path = dir + "/model.safetensors";
     SafetensorsSet set;
-    if (!exists(index_path)) {
-        if (!exists(single_path)) {
+    if (!is_file(index_path)) {
+        if (!is_file(single_path)) {
             throw Error(LB_E_IO, "no model.safetensors or model.safetensors.index.json in " + dir +
                                           ": point draft_path at the DFlash draft folder");
         }
@@ -90,31 +66,32 @@ SafetensorsSet SafetensorsSet::open_dir(const std::string & dir) {
     }
     json::Value index;
     try {
-        const std::string text = read_text(index_path);
+        const std::string text = read_text_file(index_path, kOpenFix);
         index = json::parse(text.data(), text.size());
     } catch (const std::runtime_error & e) {
         if (dynamic_cast<const Error *>(&e)) throw;
         throw Error(LB_E_FORMAT, index_path + ": " + e.what());
     }
-    const json::Value * map = index.find("weight_map");
+    const json::Value * map = json::find(index, "weight_map");
     if (!map || !map->is_object()) throw Error(LB_E_FORMAT, index_path + ": no \"weight_map\" object");
-    // Shards in first-seen order; each shard must hold the names the map assigns to it.
+    // Shards in first-seen order (of the names, sorted); each shard must hold the names the map assigns to it.
     std::vector<std::string> shards;
     std::unordered_map<std::string, std::vector<std::string>> names_of;
-    for (const auto & kv : map->object) {
-        if (!kv.second.is_string() || kv.second.string.empty() || kv.second.string.find('/') != std::string::npos) {
-            throw Error(LB_E_FORMAT, index_path + ": weight_map[\"" + kv.first + "\"] is not a file name");
+    for (const auto & [name, file] : map->items()) {
+        const std::string * shard = file.get_ptr<const std::string *>();
+        if (!shard || shard->empty() || shard->find('/') != std::string::npos) {
+            throw Error(LB_E_FORMAT, index_path + ": weight_map[\"" + name + "\"] is not a file name");
         }
-        auto & names = names_of[kv.second.string];
-        if (names.empty()) shards.push_back(kv.second.string);
-        names.push_back(kv.first);
+        auto & names = names_of[*shard];
+        if (names.empty()) shards.push_back(*shard);
+        names.push_back(name);
     }
     for (const auto & shard : shards) set.add_file(dir + "/" + shard, &names_of[shard]);
     return set;
 }
 
 void SafetensorsSet::add_file(const std::string & path, const std::vector<std::string> * only) {
-    File f = open_or_throw(path);
+    File f = open_binary(path, kOpenFix);
     if (std::fseek(f.get(), 0, SEEK_END) != 0) throw Error(LB_E_IO, "cannot seek in " + path);
     const long long file_size = ftello(f.get());
     std::rewind(f.get());
@@ -139,43 +116,42 @@ void SafetensorsSet::add_file(const std::string & path, const std::vector<std::s
     const uint64_t data_start = 8 + header_len;
     const uint64_t data_size = uint64_t(file_size) - data_start;
     std::vector<std::pair<uint64_t, uint64_t>> spans;  // [begin, end) of each tensor in the data section
-    for (const auto & kv : root.object) {
-        if (kv.first == "__metadata__") continue;
-        const json::Value & e = kv.second;
-        const json::Value * dtype = e.find("dtype");
-        const json::Value * shape = e.find("shape");
-        const json::Value * offs = e.find("data_offsets");
+    for (const auto & [name, e] : root.items()) {
+        if (name == "__metadata__") continue;
+        const json::Value * dtype = json::find(e, "dtype");
+        const json::Value * shape = json::find(e, "shape");
+        const json::Value * offs = json::find(e, "data_offsets");
         if (!dtype || !dtype->is_string() || !shape || !shape->is_array() || !offs || !offs->is_array() ||
-            offs->array.size() != 2) {
-            bad(path, "tensor \"" + kv.first + "\" lacks dtype/shape/data_offsets");
+            offs->size() != 2) {
+            bad(path, "tensor \"" + name + "\" lacks dtype/shape/data_offsets");
         }
         StTensor t;
-        t.name = kv.first;
-        t.dtype = dtype->string;
+        t.name = name;
+        t.dtype = dtype->get<std::string>();
         t.file = file_index;
         // every dim, and their product, bounded so numel() cannot overflow (the data section bounds it anyway)
         int64_t numel = 1;
-        for (const auto & d : shape->array) {
-            if (!d.is_integer || d.integer < 0 || d.integer > kMaxElems || (d.integer > 0 && numel > kMaxElems / d.integer)) {
-                bad(path, "tensor \"" + kv.first + "\" has a bad shape");
+        for (const auto & d : *shape) {
+            const std::optional<int64_t> dim = json::as_integer(d);
+            if (!dim || *dim < 0 || *dim > kMaxElems || (*dim > 0 && numel > kMaxElems / *dim)) {
+                bad(path, "tensor \"" + name + "\" has a bad shape");
             }
-            numel *= d.integer;
-            t.shape.push_back(d.integer);
+            numel *= *dim;
+            t.shape.push_back(*dim);
         }
-        const json::Value & b = offs->array[0];
-        const json::Value & en = offs->array[1];
-        if (!b.is_integer || !en.is_integer || b.integer < 0 || en.integer < b.integer ||
-            uint64_t(en.integer) > data_size) {
-            bad(path, "tensor \"" + kv.first + "\" has data_offsets outside the file");
+        const std::optional<int64_t> begin = json::as_integer((*offs)[0]);
+        const std::optional<int64_t> end = json::as_integer((*offs)[1]);
+        if (!begin || !end || *begin < 0 || *end < *begin || uint64_t(*end) > data_size) {
+            bad(path, "tensor \"" + name + "\" has data_offsets outside the file");
         }
-        t.offset = data_start + uint64_t(b.integer);
-        t.nbytes = uint64_t(en.integer - b.integer);
+        t.offset = data_start + uint64_t(*begin);
+        t.nbytes = uint64_t(*end - *begin);
         const size_t esize = st_dtype_size(t.dtype);
         if (esize != 0 && uint64_t(t.numel()) * esize != t.nbytes) {
-            bad(path, "tensor \"" + kv.first + "\" byte size does not match " + t.dtype + " " + t.shape_str());
+            bad(path, "tensor \"" + name + "\" byte size does not match " + t.dtype + " " + t.shape_str());
         }
         if (by_name_.count(t.name)) bad(path, "tensor \"" + t.name + "\" appears in two shards");
-        spans.push_back({uint64_t(b.integer), uint64_t(en.integer)});
+        spans.push_back({uint64_t(*begin), uint64_t(*end)});
         by_name_[t.name] = tensors_.size();
         tensors_.push_back(std::move(t));
     }
@@ -208,7 +184,7 @@ void SafetensorsSet::read_bytes(const StTensor & t, uint64_t begin, uint64_t n, 
     if (begin > t.nbytes || n > t.nbytes - begin) {
         throw Error(LB_E_INVALID_ARG, "read past the end of \"" + t.name + "\"");
     }
-    File f = open_or_throw(files_[t.file]);
+    File f = open_binary(files_[t.file], kOpenFix);
     if (fseeko(f.get(), off_t(t.offset + begin), SEEK_SET) != 0 || std::fread(dst, 1, n, f.get()) != n) {
         throw Error(LB_E_IO, "short read of \"" + t.name + "\" from " + files_[t.file]);
     }

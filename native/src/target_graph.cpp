@@ -29,7 +29,7 @@ ggml_tensor * ForwardBuilder::attention(int32_t il, ggml_tensor * x) {
     const int64_t n = s.n_tokens, D = hp.head_dim, H = hp.n_head, Hkv = hp.n_head_kv;
 
     // attn_q interleaves, per head, D query values and D gate values
-    const std::vector<ggml_tensor *> qkv = project(ctx, {L.wq, L.wk, L.wv}, x);
+    const std::vector<ggml_tensor *> qkv = L.attn_qkv.project(ctx, x);
     ggml_tensor * qg = qkv[0];  // [2*D*H, n]
     const size_t es = ggml_element_size(qg);
     ggml_tensor * q = ggml_view_3d(ctx, qg, D, H, n, 2 * D * es, qg->nb[1], 0);
@@ -66,8 +66,7 @@ ggml_tensor * ForwardBuilder::attention(int32_t il, ggml_tensor * x) {
     // zeros in with the rest, in an order that depends on where the path's rows sit.
     const float scale = 1.0f / std::sqrt(float(D));
     ggml_tensor * qp = ggml_permute(ctx, q, 0, 2, 1, 3);  // [D, n, H]
-    ggml_tensor * o = ggml_flash_attn_ext(ctx, qp, kv_k, kv_v, fg.mask, scale, 0.0f, 0.0f);  // [D, H, n]
-    o = ggml_reshape_2d(ctx, o, D * H, n);
+    ggml_tensor * o = lb::attention(ctx, qp, kv_k, kv_v, fg.mask, scale, /*flash=*/true);  // [D*H, n]
     o = ggml_mul(ctx, o, ggml_sigmoid(ctx, gate));
     return matmul(ctx, L.wo, o);
 }
@@ -76,7 +75,7 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     const TargetLayer & L = m.layers[size_t(il)];
     const int64_t n = s.n_tokens, S = hp.head_v_dim, Hv = hp.n_v_heads;
 
-    const std::vector<ggml_tensor *> in = project(ctx, {L.wqkv, L.wz, L.ssm_beta, L.ssm_alpha}, x);
+    const std::vector<ggml_tensor *> in = L.ssm_in.project(ctx, x);
     ggml_tensor * qkv = in[0];  // [C, n]
     ggml_tensor * z = in[1];    // [value_dim, n]
     ggml_tensor * beta = ggml_sigmoid(ctx, ggml_is_contiguous(in[2]) ? in[2] : ggml_cont(ctx, in[2]));  // [Hv, n]
@@ -107,7 +106,7 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
 
 ggml_tensor * ForwardBuilder::ffn(int32_t il, ggml_tensor * x) {
     const TargetLayer & L = m.layers[size_t(il)];
-    const std::vector<ggml_tensor *> gate_up = project(ctx, {L.ffn_gate, L.ffn_up}, x);
+    const std::vector<ggml_tensor *> gate_up = L.ffn_gate_up.project(ctx, x);
     ggml_tensor * h = ggml_swiglu_split(ctx, gate_up[0], gate_up[1]);
     return matmul(ctx, L.ffn_down, h);
 }
@@ -169,7 +168,7 @@ void ForwardBuilder::build() {
 std::unique_ptr<ForwardGraph> build_forward(const TargetModel & m, const TargetCache & c, const ForwardShape & s) {
     auto fg = std::make_unique<ForwardGraph>(graph_max_nodes(m.hp.n_layer));
     fg->shape = s;
-    ForwardBuilder b{m, m.hp, c, s, *fg, fg->meta.ctx, fg->meta.gf};
+    ForwardBuilder b{m, m.hp, c, s, *fg, fg->meta.ctx.get(), fg->meta.gf};
     b.build();
     return fg;
 }

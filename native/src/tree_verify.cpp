@@ -87,12 +87,8 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
     const bool move_kv = !identity;
     CommitSlot & slot = commit_slots_[{n_path, move_kv}];
     if (!slot.graph) {
-        std::unique_ptr<lb::CommitGraph> g = lb::build_commit(*model, cache, n_path, move_kv);
-        lb::check_graph_supported(backend, g->meta.gf, "commit");
-        lb::mark_graph_reusable(g->meta.gf);
-        if (!slot.galloc) slot.galloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.backend));
-        lb::alloc_graph_or_throw(slot.galloc, g->meta.gf, backend.backend, "commit", "lower max_ctx or max_tree");
-        slot.graph = std::move(g);
+        lb::install_graph(backend, slot, lb::build_commit(*model, cache, n_path, move_kv), "commit",
+                          "lower max_ctx or max_tree");
     }
     lb::CommitGraph & g = *slot.graph;
     lb::set_graph_input(g.path, path, size_t(n_path) * sizeof(int32_t));

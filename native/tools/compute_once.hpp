@@ -8,6 +8,7 @@
 
 #include "ggml-alloc.h"  // ggml_backend_alloc_ctx_tensors
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "ggml.h"
 
 // Allocates ctx's tensors on `backend`, uploads each input (tensor, its ggml_nbytes of host data),
@@ -15,12 +16,11 @@
 inline void compute_once(ggml_backend_t backend, ggml_context * ctx, ggml_cgraph * g,
                          std::initializer_list<std::pair<ggml_tensor *, const void *>> inputs, ggml_tensor * out,
                          void * dst) {
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    const ggml_backend_buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx, backend));
     for (const auto & in : inputs) ggml_backend_tensor_set(in.first, in.second, 0, ggml_nbytes(in.first));
     if (ggml_backend_graph_compute(backend, g) != GGML_STATUS_SUCCESS) {
         std::fprintf(stderr, "graph compute failed on %s\n", ggml_backend_name(backend));
         std::exit(1);
     }
     ggml_backend_tensor_get(out, dst, 0, ggml_nbytes(out));
-    ggml_backend_buffer_free(buf);
 }

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "ggml-cpp.h"
 #include "ggml-cpu.h"
 #include "gguf.h"
 #ifdef LUCEBOX_WITH_CUDA
@@ -53,29 +54,29 @@ struct Args {
 // A ggml context + backend buffer holding a few tensors we own.
 struct Owned {
     ggml_context * ctx = nullptr;
-    ggml_backend_buffer_t buf = nullptr;
     explicit Owned(size_t n_tensors) {
         ggml_init_params p = {ggml_tensor_overhead() * n_tensors, nullptr, true};
-        ctx = ggml_init(p);
+        ctx_.reset(ggml_init(p));
+        ctx = ctx_.get();
     }
     void alloc(ggml_backend_t be) {
-        buf = ggml_backend_alloc_ctx_tensors(ctx, be);
-        if (!buf) throw Error(LB_E_OOM, "tool: allocation failed");
+        buf_.reset(ggml_backend_alloc_ctx_tensors(ctx, be));
+        if (!buf_) throw Error(LB_E_OOM, "tool: allocation failed");
     }
-    ~Owned() {
-        if (buf) ggml_backend_buffer_free(buf);
-        ggml_free(ctx);
-    }
+
+private:
+    ggml_context_ptr ctx_;
+    ggml_backend_buffer_ptr buf_;  // freed before ctx_
 };
 
-ggml_backend_t make_backend(int device, int threads) {
+ggml_backend_ptr make_backend(int device, int threads) {
     if (device < 0) {
-        ggml_backend_t be = ggml_backend_cpu_init();
-        ggml_backend_cpu_set_n_threads(be, threads > 0 ? threads : int(std::thread::hardware_concurrency()));
+        ggml_backend_ptr be(ggml_backend_cpu_init());
+        ggml_backend_cpu_set_n_threads(be.get(), threads > 0 ? threads : int(std::thread::hardware_concurrency()));
         return be;
     }
 #ifdef LUCEBOX_WITH_CUDA
-    if (ggml_backend_t be = ggml_backend_cuda_init(device)) return be;
+    if (ggml_backend_t be = ggml_backend_cuda_init(device)) return ggml_backend_ptr(be);
 #endif
     throw Error(LB_E_UNSUPPORTED, "tool: CUDA device " + std::to_string(device) + " is not available");
 }
@@ -87,9 +88,11 @@ struct TargetTensors {
 };
 
 void load_target(const std::string & path, ggml_backend_t be, TargetTensors & out) {
-    ggml_context * meta = nullptr;
-    gguf_init_params gp = {true, &meta};
-    gguf_context * g = gguf_init_from_file(path.c_str(), gp);
+    ggml_context * meta_raw = nullptr;
+    gguf_init_params gp = {true, &meta_raw};
+    const gguf_context_ptr owned(gguf_init_from_file(path.c_str(), gp));
+    const ggml_context_ptr meta(meta_raw);
+    gguf_context * g = owned.get();
     if (!g) throw Error(LB_E_FORMAT, "tool: cannot read GGUF " + path);
     const std::string arch = gguf_get_val_str(g, gguf_find_key(g, "general.architecture"));
     int32_t n_layer = int32_t(gguf_get_val_u32(g, gguf_find_key(g, (arch + ".block_count").c_str())));
@@ -97,7 +100,7 @@ void load_target(const std::string & path, ggml_backend_t be, TargetTensors & ou
     if (nextn >= 0) n_layer -= int32_t(gguf_get_val_u32(g, nextn));
     const char * names[2] = {"token_embd.weight", gguf_find_tensor(g, "output.weight") >= 0 ? "output.weight" : "token_embd.weight"};
     ggml_tensor * dst[2];
-    for (int i = 0; i < 2; ++i) dst[i] = ggml_dup_tensor(out.own.ctx, ggml_get_tensor(meta, names[i]));
+    for (int i = 0; i < 2; ++i) dst[i] = ggml_dup_tensor(out.own.ctx, ggml_get_tensor(meta.get(), names[i]));
     out.own.alloc(be);
     std::ifstream f(path, std::ios::binary);
     for (int i = 0; i < 2; ++i) {
@@ -110,8 +113,6 @@ void load_target(const std::string & path, ggml_backend_t be, TargetTensors & ou
     out.view.tok_embd = dst[0];
     out.view.output = dst[1];
     out.view.n_layer = n_layer;
-    gguf_free(g);
-    ggml_free(meta);
 }
 
 lb::DraftOptions options(const Args & a) {
@@ -128,7 +129,8 @@ lb::DraftOptions options(const Args & a) {
 }
 
 int run(const Args & a) {
-    ggml_backend_t be = make_backend(std::stoi(a.get("device", "-1")), std::stoi(a.get("threads", "0")));
+    const ggml_backend_ptr backend = make_backend(std::stoi(a.get("device", "-1")), std::stoi(a.get("threads", "0")));
+    ggml_backend_t be = backend.get();
     TargetTensors tt;
     load_target(a.need("target"), be, tt);
     auto model = lb::DraftModel::load(a.need("draft"), be, tt.view, options(a));
@@ -185,8 +187,6 @@ int run(const Args & a) {
             throw Error(LB_E_INVALID_ARG, "tool: unknown script command " + cmd);
         }
     }
-    model.reset();
-    ggml_backend_free(be);
     return 0;
 }
 
@@ -286,7 +286,8 @@ void random_matrix(ggml_tensor * t, uint64_t seed) {
 double time_head(ggml_backend_t be, ggml_tensor * outm, int rows, int k, int iters, bool full) {
     std::vector<uint8_t> meta(ggml_tensor_overhead() * 256 + ggml_graph_overhead());
     ggml_init_params p = {meta.size(), meta.data(), true};
-    ggml_context * ctx = ggml_init(p);
+    const ggml_context_ptr owned(ggml_init(p));
+    ggml_context * ctx = owned.get();
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, outm->ne[0], rows);
     ggml_set_input(x);
@@ -299,8 +300,8 @@ double time_head(ggml_backend_t be, ggml_tensor * outm, int rows, int k, int ite
     }
     ggml_set_output(out);
     ggml_build_forward_expand(gf, out);
-    ggml_gallocr_t ga = ggml_gallocr_new(ggml_backend_get_default_buffer_type(be));
-    ggml_gallocr_alloc_graph(ga, gf);
+    const ggml_gallocr_ptr ga(ggml_gallocr_new(ggml_backend_get_default_buffer_type(be)));
+    ggml_gallocr_alloc_graph(ga.get(), gf);
     std::vector<float> xv(size_t(ggml_nelements(x)));
     fill_random(xv.data(), xv.size(), 9, 1.0f);
     ggml_backend_tensor_set(x, xv.data(), 0, ggml_nbytes(x));
@@ -313,8 +314,6 @@ double time_head(ggml_backend_t be, ggml_tensor * outm, int rows, int k, int ite
         ggml_backend_tensor_get(out, &sink, 0, sizeof sink);
     }
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
-    ggml_gallocr_free(ga);
-    ggml_free(ctx);
     return ms;
 }
 
@@ -332,7 +331,8 @@ int bench(const Args & a) {
         write_random_draft(dir, c);
     }
 
-    ggml_backend_t be = make_backend(std::stoi(a.get("device", "-1")), std::stoi(a.get("threads", "0")));
+    const ggml_backend_ptr backend = make_backend(std::stoi(a.get("device", "-1")), std::stoi(a.get("threads", "0")));
+    ggml_backend_t be = backend.get();
     const int64_t n_vocab = std::stoll(a.need("n-vocab"));
     const std::string ot = a.get("out-type", "q6_k");
     const ggml_type otype = ot == "q8_0" ? GGML_TYPE_Q8_0 : ot == "bf16" ? GGML_TYPE_BF16 : GGML_TYPE_Q6_K;
@@ -372,8 +372,6 @@ int bench(const Args & a) {
     std::printf("head alone (output matmul [%lld x %d] + log-softmax + top-k): %.3f ms | output matmul alone: %.3f ms\n",
                 (long long) n_vocab, c.block_size - 1, time_head(be, outm, c.block_size - 1, K, iters, true),
                 time_head(be, outm, c.block_size - 1, K, iters, false));
-    model.reset();
-    ggml_backend_free(be);
     return 0;
 }
 

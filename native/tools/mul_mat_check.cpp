@@ -31,7 +31,8 @@ struct Case {
 std::vector<float> mul_mat(ggml_backend_t backend, const Case & c, const std::vector<uint8_t> & w_bytes,
                            const std::vector<float> & x, int64_t x_stride, int n) {
     ggml_init_params ip = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
-    ggml_context * ctx = ggml_init(ip);
+    const ggml_context_ptr owned(ggml_init(ip));
+    ggml_context * ctx = owned.get();
     ggml_tensor * w = ggml_new_tensor_2d(ctx, c.type, c.k, c.m);
     ggml_tensor * xs = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, x_stride, kMaxCols);
     ggml_tensor * xv = ggml_view_2d(ctx, xs, c.k, n, xs->nb[1], 0);
@@ -40,7 +41,6 @@ std::vector<float> mul_mat(ggml_backend_t backend, const Case & c, const std::ve
     ggml_build_forward_expand(g, y);
     std::vector<float> out(size_t(n * c.m));
     compute_once(backend, ctx, g, {{w, w_bytes.data()}, {xs, x.data()}}, y, out.data());
-    ggml_free(ctx);
     return out;
 }
 
@@ -55,8 +55,8 @@ int main(int argc, char ** argv) {
 #else
     const bool invariant = argc > 1 && std::strcmp(argv[1], "invariant") == 0;
     ggml_backend_cuda_set_batch_invariant(invariant);
-    ggml_backend_t cpu = ggml_backend_cpu_init();
-    ggml_backend_t cuda = ggml_backend_cuda_init(0);
+    const ggml_backend_ptr cpu_owned(ggml_backend_cpu_init()), cuda_owned(ggml_backend_cuda_init(0));
+    ggml_backend_t cpu = cpu_owned.get(), cuda = cuda_owned.get();
     if (!cuda) {
         std::fprintf(stderr, "mul_mat_check: no CUDA device\n");
         return 2;
@@ -98,8 +98,6 @@ int main(int argc, char ** argv) {
             }
         }
     }
-    ggml_backend_free(cuda);
-    ggml_backend_free(cpu);
     std::printf("%s\n", bad ? "FAILED" : "all ok");
     return bad ? 1 : 0;
 #endif

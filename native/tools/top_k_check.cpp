@@ -26,14 +26,14 @@ struct Case {
 
 std::vector<int32_t> top_k(ggml_backend_t backend, const Case & c, const std::vector<float> & x) {
     ggml_init_params ip = {ggml_tensor_overhead() * 8 + ggml_graph_overhead(), nullptr, true};
-    ggml_context * ctx = ggml_init(ip);
+    const ggml_context_ptr owned(ggml_init(ip));
+    ggml_context * ctx = owned.get();
     ggml_tensor * a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.n_cols, c.n_rows);
     ggml_tensor * sel = ggml_top_k(ctx, a, c.k);
     ggml_cgraph * g = ggml_new_graph(ctx);
     ggml_build_forward_expand(g, sel);
     std::vector<int32_t> out(size_t(c.k * c.n_rows));
     compute_once(backend, ctx, g, {{a, x.data()}}, sel, out.data());
-    ggml_free(ctx);
     return out;
 }
 
@@ -44,8 +44,8 @@ int main() {
     std::fprintf(stderr, "top_k_check: this build has no CUDA (configure with -DLUCEBOX_CUDA=ON)\n");
     return 2;
 #else
-    ggml_backend_t cpu = ggml_backend_cpu_init();
-    ggml_backend_t cuda = ggml_backend_cuda_init(0);
+    const ggml_backend_ptr cpu_owned(ggml_backend_cpu_init()), cuda_owned(ggml_backend_cuda_init(0));
+    ggml_backend_t cpu = cpu_owned.get(), cuda = cuda_owned.get();
     if (!cpu || !cuda) {
         std::fprintf(stderr, "top_k_check: cannot start the CPU or CUDA backend\n");
         return 2;
@@ -93,8 +93,6 @@ int main() {
                     ok ? "ok" : "FAIL");
     }
     std::printf(bad ? "FAILED: %d cases\n" : "all ok\n", bad);
-    ggml_backend_free(cuda);
-    ggml_backend_free(cpu);
     return bad ? 1 : 0;
 #endif
 }

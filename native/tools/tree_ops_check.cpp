@@ -3,14 +3,14 @@
 //
 //   tree_ops_check run DIR [--backend cpu|cuda] [--threads N]
 //       DIR/spec.txt: "key value" lines (see Spec); inputs: DIR/<name>.bin, raw little-endian, logical
-//       contiguous ggml layout. Writes DIR/out.bin (the op's whole result) and, for gdn_persist,
-//       DIR/persist_out.bin (the caller-owned state tensor after the op).
+//       contiguous ggml layout. Writes DIR/out.bin (the op's whole result).
 //   tree_ops_check bench [--backend cuda|cpu] [--threads N] [--reps R] [--ns 1,8,16,23,32]
 //       27B DeltaNet shapes (16 key heads, 48 value heads, head 128; conv 4 over 10240 channels):
 //       each tree op vs the stock op at equal N, prints a markdown table.
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
+#include "ggml-cpp.h"
 #include "ggml-cpu.h"
 #ifdef LUCEBOX_WITH_CUDA
 #include "ggml-cuda.h"
@@ -37,15 +37,15 @@ namespace {
 
 // --- backend -----------------------------------------------------------------------------
 
-ggml_backend_t make_backend(const std::string & name, int n_threads) {
+ggml_backend_ptr make_backend(const std::string & name, int n_threads) {
     if (name == "cpu") {
-        ggml_backend_t be = ggml_backend_cpu_init();
-        ggml_backend_cpu_set_n_threads(be, n_threads);
+        ggml_backend_ptr be(ggml_backend_cpu_init());
+        ggml_backend_cpu_set_n_threads(be.get(), n_threads);
         return be;
     }
     if (name == "cuda") {
 #ifdef LUCEBOX_WITH_CUDA
-        ggml_backend_t be = ggml_backend_cuda_init(0);
+        ggml_backend_ptr be(ggml_backend_cuda_init(0));
         if (be == nullptr) {
             fail("no CUDA device: run on a GPU machine or use --backend cpu");
         }
@@ -59,10 +59,10 @@ ggml_backend_t make_backend(const std::string & name, int n_threads) {
 
 // --- spec and files ----------------------------------------------------------------------
 
-// Spec keys: op (conv_tree conv_chain gdn_tree gdn_persist gdn_chain), S (head size), H_k, H_v, n
-// (tokens), n_seqs, qk_seqs (sequences of q/k, broadcast over n_seqs), kda (0/1: per-row gate), K
-// (stock snapshot slots), n_max (persist rows), par_seqs (1: one tree for all sequences, else
-// n_seqs), pad (extra floats after each token's q/k/v heads: strided views), d_conv, ch (channels).
+// Spec keys: op (conv_tree conv_chain gdn_tree gdn_chain), S (head size), H_k, H_v, n (tokens),
+// n_seqs, qk_seqs (sequences of q/k, broadcast over n_seqs), kda (0/1: per-row gate), K (stock
+// snapshot slots), par_seqs (1: one tree for all sequences, else n_seqs), pad (extra floats after
+// each token's q/k/v heads: strided views), d_conv, ch (channels).
 struct Spec {
     std::map<std::string, int64_t> v;
     std::string op;
@@ -117,17 +117,15 @@ void write_bin(const std::string & path, const void * data, size_t bytes) {
 // Inputs live in their own context and buffer (like weights and caches, they outlive the graph);
 // the op's graph is placed by ggml_gallocr, as an engine would.
 struct Inputs {
+    ggml_context_ptr        owned_ctx;
     ggml_context *          ctx = nullptr;
-    ggml_backend_buffer_t   buf = nullptr;
+    ggml_backend_buffer_ptr buf;  // freed before owned_ctx
     std::vector<std::pair<ggml_tensor *, std::vector<char>>> uploads; // tensor, bytes to set
 
     explicit Inputs(int n_tensors) {
         ggml_init_params p = { ggml_tensor_overhead() * (size_t) n_tensors, nullptr, true };
-        ctx = ggml_init(p);
-    }
-    ~Inputs() {
-        if (buf) ggml_backend_buffer_free(buf);
-        ggml_free(ctx);
+        owned_ctx.reset(ggml_init(p));
+        ctx = owned_ctx.get();
     }
 
     ggml_tensor * add(ggml_type type, std::vector<int64_t> ne, std::vector<char> bytes, const char * name) {
@@ -141,7 +139,7 @@ struct Inputs {
     }
 
     void upload(ggml_backend_t backend) {
-        buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+        buf.reset(ggml_backend_alloc_ctx_tensors(ctx, backend));
         if (buf == nullptr) {
             fail("cannot allocate the inputs on the backend");
         }
@@ -173,14 +171,14 @@ ggml_tensor * add_heads(Inputs & in, const std::vector<float> & logical, int64_t
 }
 
 struct GdnInputs {
-    ggml_tensor * q, * k, * v, * g, * beta, * state, * parents, * persist = nullptr;
+    ggml_tensor * q, * k, * v, * g, * beta, * state, * parents;
 };
 
 // builds the gdn inputs from DIR files (dir non-empty) or from a fixed pseudo-random fill (bench)
 GdnInputs gdn_inputs(Inputs & in, const Spec & s, const std::string & dir, const std::vector<int32_t> & bench_parents) {
     const int64_t S = s.get("S", 128), Hk = s.get("H_k", 16), Hv = s.get("H_v", 48), n = s.get("n", 1);
     const int64_t ns = s.get("n_seqs", 1), qks = s.get("qk_seqs", ns), G = s.get("kda", 0) ? S : 1;
-    const int64_t ps = s.get("par_seqs", 1), pad = s.get("pad", 0), n_max = s.get("n_max", n);
+    const int64_t ps = s.get("par_seqs", 1), pad = s.get("pad", 0);
 
     uint32_t seed = 12345;
     auto fill = [&](size_t count, float lo, float hi) {
@@ -204,10 +202,6 @@ GdnInputs gdn_inputs(Inputs & in, const Spec & s, const std::string & dir, const
     r.state = in.add(GGML_TYPE_F32, { S, S, Hv, ns }, as_bytes(load("state", S * S * Hv * ns, -0.5f, 0.5f)), "state");
     std::vector<int32_t> par = dir.empty() ? bench_parents : read_bin<int32_t>(dir + "/parents.bin", n * ps);
     r.parents = in.add(GGML_TYPE_I32, { n, ps }, as_bytes(par), "parents");
-    if (s.op == "gdn_persist") {
-        r.persist = in.add(GGML_TYPE_F32, { S * S * Hv, n_max, ns },
-                           as_bytes(load("persist", S * S * Hv * n_max * ns, 0.0f, 1.0f)), "persist");
-    }
     return r;
 }
 
@@ -234,9 +228,8 @@ ggml_tensor * build_op(ggml_context * ctx, const Spec & s, const GdnInputs * gi,
     if (op == "conv_tree")   return ggml_ssm_conv_tree(ctx, ci->sx, ci->c, ci->parents);
     if (op == "conv_chain")  return ggml_ssm_conv(ctx, ci->sx, ci->c);
     if (op == "gdn_tree")    return ggml_gated_delta_net_tree(ctx, gi->q, gi->k, gi->v, gi->g, gi->beta, gi->state, gi->parents);
-    if (op == "gdn_persist") return ggml_gated_delta_net_tree_persist(ctx, gi->q, gi->k, gi->v, gi->g, gi->beta, gi->state, gi->parents, gi->persist);
     if (op == "gdn_chain")   return ggml_gated_delta_net(ctx, gi->q, gi->k, gi->v, gi->g, gi->beta, gi->state, s.get("K", 1));
-    fail("unknown op '" + op + "': use conv_tree conv_chain gdn_tree gdn_persist gdn_chain");
+    fail("unknown op '" + op + "': use conv_tree conv_chain gdn_tree gdn_chain");
 }
 
 bool is_conv(const std::string & op) {
@@ -245,17 +238,17 @@ bool is_conv(const std::string & op) {
 
 // A graph of `copies` independent instances of the op (one for checks; several to time launches away).
 struct OpGraph {
-    ggml_context *  ctx   = nullptr;
-    ggml_cgraph *   graph = nullptr;
-    ggml_gallocr_t  alloc = nullptr;
+    ggml_context_ptr ctx;
+    ggml_cgraph *    graph = nullptr;
+    ggml_gallocr_ptr alloc;  // freed before ctx
     std::vector<ggml_tensor *> outs;
 
     OpGraph(ggml_backend_t backend, const Spec & s, const GdnInputs * gi, const ConvInputs * ci, int copies) {
         ggml_init_params p = { ggml_tensor_overhead() * (size_t) (copies + 8) + ggml_graph_overhead(), nullptr, true };
-        ctx   = ggml_init(p);
-        graph = ggml_new_graph(ctx);
+        ctx.reset(ggml_init(p));
+        graph = ggml_new_graph(ctx.get());
         for (int i = 0; i < copies; ++i) {
-            ggml_tensor * out = build_op(ctx, s, gi, ci);
+            ggml_tensor * out = build_op(ctx.get(), s, gi, ci);
             if (!ggml_backend_supports_op(backend, out)) {
                 fail(std::string("backend ") + ggml_backend_name(backend) + " does not support " + ggml_op_desc(out) + " at these shapes");
             }
@@ -263,14 +256,10 @@ struct OpGraph {
             ggml_build_forward_expand(graph, out);
             outs.push_back(out);
         }
-        alloc = ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend));
-        if (!ggml_gallocr_alloc_graph(alloc, graph)) {
+        alloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
+        if (!ggml_gallocr_alloc_graph(alloc.get(), graph)) {
             fail("cannot allocate the op's graph");
         }
-    }
-    ~OpGraph() {
-        ggml_gallocr_free(alloc);
-        ggml_free(ctx);
     }
 
     void compute(ggml_backend_t backend) {
@@ -285,7 +274,8 @@ struct OpGraph {
 
 int cmd_run(const std::string & dir, const std::string & backend_name, int n_threads) {
     const Spec s = read_spec(dir);
-    ggml_backend_t backend = make_backend(backend_name, n_threads);
+    const ggml_backend_ptr owned_backend = make_backend(backend_name, n_threads);
+    ggml_backend_t backend = owned_backend.get();
 
     Inputs in(16);
     GdnInputs gi{};
@@ -296,22 +286,13 @@ int cmd_run(const std::string & dir, const std::string & backend_name, int n_thr
         gi = gdn_inputs(in, s, dir, {});
     }
     in.upload(backend);
-    {
-        OpGraph og(backend, s, &gi, &ci, 1);
-        og.compute(backend);
+    OpGraph og(backend, s, &gi, &ci, 1);
+    og.compute(backend);
 
-        ggml_tensor * out = og.outs[0];
-        std::vector<char> host(ggml_nbytes(out));
-        ggml_backend_tensor_get(out, host.data(), 0, host.size());
-        write_bin(dir + "/out.bin", host.data(), host.size());
-    }
-    // read after the graph and its allocator are gone: the caller's tensor must outlive them
-    if (gi.persist != nullptr) {
-        std::vector<char> host(ggml_nbytes(gi.persist));
-        ggml_backend_tensor_get(gi.persist, host.data(), 0, host.size());
-        write_bin(dir + "/persist_out.bin", host.data(), host.size());
-    }
-    ggml_backend_free(backend);
+    ggml_tensor * out = og.outs[0];
+    std::vector<char> host(ggml_nbytes(out));
+    ggml_backend_tensor_get(out, host.data(), 0, host.size());
+    write_bin(dir + "/out.bin", host.data(), host.size());
     return 0;
 }
 
@@ -373,11 +354,12 @@ double conv_bytes(const Spec & s) {
 double copy_gbps(ggml_backend_t backend, int reps) {
     const int64_t ne = 64ll << 20;
     ggml_init_params p = { 4 * ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
-    ggml_context * ctx = ggml_init(p);
+    const ggml_context_ptr owned(ggml_init(p));
+    ggml_context * ctx = owned.get();
     ggml_tensor * a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, ne);
     ggml_tensor * b = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, ne);
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
-    ggml_backend_buffer_clear(buf, 0);
+    const ggml_backend_buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx, backend));
+    ggml_backend_buffer_clear(buf.get(), 0);
     ggml_cgraph * gf = ggml_new_graph(ctx);
     ggml_build_forward_expand(gf, ggml_cpy(ctx, a, b));
     std::vector<double> us;
@@ -390,13 +372,12 @@ double copy_gbps(ggml_backend_t backend, int reps) {
             us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count());
         }
     }
-    ggml_backend_buffer_free(buf);
-    ggml_free(ctx);
     return 2.0 * ne * 4 / (median(us) * 1e3);
 }
 
 int cmd_bench(const std::string & backend_name, int n_threads, int reps, const std::vector<int64_t> & ns) {
-    ggml_backend_t backend = make_backend(backend_name, n_threads);
+    const ggml_backend_ptr owned_backend = make_backend(backend_name, n_threads);
+    ggml_backend_t backend = owned_backend.get();
     const int copies = backend_name == "cuda" ? 8 : 1;
 
     const double ceiling = copy_gbps(backend, reps);
@@ -409,7 +390,7 @@ int cmd_bench(const std::string & backend_name, int n_threads, int reps, const s
 
     for (int64_t n : ns) {
         Spec s;
-        s.v = { { "S", 128 }, { "H_k", 16 }, { "H_v", 48 }, { "n", n }, { "n_max", n }, { "d_conv", 4 }, { "ch", 10240 } };
+        s.v = { { "S", 128 }, { "H_k", 16 }, { "H_v", 48 }, { "n", n }, { "d_conv", 4 }, { "ch", 10240 } };
         double stock1 = 0, stockN = 0;
         auto ratio = [](double us, double base, char (&buf)[16]) {
             snprintf(buf, sizeof(buf), base > 0 ? "%.2f" : "-", us / base);
@@ -428,7 +409,7 @@ int cmd_bench(const std::string & backend_name, int n_threads, int reps, const s
             const char * shape = chain ? "chain" : "tree";
             const std::vector<int32_t> par = bench_tree(n, chain);
             Inputs in(16);
-            s.op = "gdn_persist"; // builds the persist tensor too
+            s.op = "gdn_tree";
             GdnInputs gi = gdn_inputs(in, s, "", par);
             in.upload(backend);
             if (chain) {
@@ -441,8 +422,6 @@ int cmd_bench(const std::string & backend_name, int n_threads, int reps, const s
             }
             s.op = "gdn_tree";
             row("gated_delta_net_tree", shape, time_op(backend, s, &gi, nullptr, copies, reps), gdn_bytes(s, n));
-            s.op = "gdn_persist";
-            row("gated_delta_net_tree_persist", shape, time_op(backend, s, &gi, nullptr, copies, reps), gdn_bytes(s, n));
         }
         stock1 = stockN = 0;
         for (const bool chain : { true, false }) {
@@ -462,7 +441,6 @@ int cmd_bench(const std::string & backend_name, int n_threads, int reps, const s
             row("ssm_conv_tree", chain ? "chain" : "tree", time_op(backend, s, nullptr, &ci, copies, reps), conv_bytes(s));
         }
     }
-    ggml_backend_free(backend);
     return 0;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
-#                                                serverbench all (default: all)
+#                                                serverbench attnprof all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -97,6 +97,13 @@ stage_profile() {
         -p 1,8,16,23,32 -n 0 -r 3 -fa 1 -o md 2>/dev/null | tee "$OUT/llama_batch.md"
 }
 
+stage_attnprof() {
+    log "Nsight Compute on the invariant attention kernels (attn_check profile)"
+    timeout 200 ncu -k regex:fattn_invariant --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        --section MemoryWorkloadAnalysis "$BUILD/attn_check" profile >"$OUT/attn_ncu.txt" 2>&1
+    grep -E "fattn_invariant|Duration|Throughput|Achieved Occupancy|Stall|Warp Cycles" "$OUT/attn_ncu.txt" | head -60
+}
+
 wait_synth() { if [ -n "${synth_pid:-}" ]; then wait "$synth_pid"; synth_pid=; fi; }
 
 stage_bench() {
@@ -142,7 +149,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

@@ -3,6 +3,8 @@
 //   attn_check          every check below; one line per case; exit 1 if any fails
 //   attn_check bench    also times one call (1 query, a 23-node tree, a 512-query prefill tile) at
 //                       several depths, invariant mode vs ggml's own kernels
+//   attn_check profile  only runs the invariant kernels at the 27B shape (1 query, a 23-node tree and a
+//                       512-query tile at 8K, F16), for a profiler (ncu -k regex:fattn_invariant)
 // Checks, all bit for bit except the last:
 //   tree == AR     each node of a random 23-node tree (ancestors at scattered slots, siblings masked)
 //                  equals one query whose path sits in consecutive slots (the AR step of that node);
@@ -205,6 +207,7 @@ int main(int argc, char ** argv) {
 #else
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a timeout
     const bool bench = argc > 1 && std::strcmp(argv[1], "bench") == 0;
+    const bool profile = argc > 1 && std::strcmp(argv[1], "profile") == 0;
     ggml_backend_t cpu = ggml_backend_cpu_init();
     ggml_backend_cpu_set_use_ref(cpu, true);  // the engine's CPU path: no tiled / split-KV attention
     ggml_backend_t cuda = ggml_backend_cuda_init(0);
@@ -214,6 +217,15 @@ int main(int argc, char ** argv) {
     }
     ggml_backend_cuda_set_batch_invariant(true);
     std::mt19937 rng(7);
+    if (profile) {
+        const Shape s = {256, 24, 4};
+        std::vector<std::vector<int>> paths;
+        const Problem tree = tree_problem(s, 8192 - 23, 23, 8192, rng, paths);
+        const Problem pre = prefill_problem(s, 8192 - 512, 512, 8192, rng);
+        for (const Problem * p : {&tree, &pre}) attend(cuda, s, GGML_TYPE_F16, GGML_TYPE_F16, *p);
+        attend(cuda, s, GGML_TYPE_F16, GGML_TYPE_F16, one_query(s, tree, 22, 8192));
+        return 0;
+    }
     int bad = 0;
     const Shape shapes[] = {{256, 24, 4}, {64, 4, 2}};
     const std::pair<ggml_type, ggml_type> kv_types[] = {

@@ -13,9 +13,12 @@ Synthetic random models give meaningless acceptance: this measures speed only.
 from __future__ import annotations
 
 import argparse
+import cProfile
 import json
+import pstats
 import statistics
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -73,7 +76,7 @@ def bench_ar(h: Handle, n_vocab: int, n_gen: int, prompt_len: int, rng) -> dict:
     return {"prefill_tokens": prompt_len, "prefill_s": prefill_s, "tok_s": n_gen / dt, "ms_per_tok": 1e3 * dt / n_gen}
 
 
-def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: int, rng) -> dict:
+def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: int, rng, profiler=None) -> dict:
     h.reset()
     n_prompt = ctx - 2 * (gen.budget + 2) * (steps + 8)
     prompt = rng.integers(0, min(info["n_vocab"], 150000), n_prompt).astype(np.int32)
@@ -84,7 +87,8 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
     step = Step(h, info, "ddtree", NativeDrafter(h, info["block_size"]), gen, Sampler.for_request(gen, info))
     t_draft, t_verify, t_commit, t_host, t_ar = [], [], [], [], []
     for i in range(steps + 4):
-        r = step.run(last, history, 1 << 30, ())
+        r = step.run(last, history, 1 << 30, ()) if profiler is None else profiler.runcall(
+            step.run, last, history, 1 << 30, ())
         history += r.committed
         g = time.perf_counter()
         nxt = h.step(r.bonus)  # one AR step at the same context, for the verify/AR ratio
@@ -118,6 +122,8 @@ def main() -> None:
                     help="let CUDA pick batch-dependent kernels (lb_params.batch_invariant = 0)")
     ap.add_argument("--copy-gbs", type=float, default=0.0, help="measured copy bandwidth (GB/s)")
     ap.add_argument("--json", help="write results here")
+    ap.add_argument("--profile-host", action="store_true",
+                    help="print a cProfile of the speculative steps (Python side) to stderr")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     ctxs = [int(c) for c in args.ctx.split(",") if c]
@@ -151,8 +157,11 @@ def main() -> None:
             gen = GenerationConfig(budget=args.budget, draft_top_k=args.draft_top_k, temperature=args.temperature,
                                    repeat_penalty=args.repeat_penalty, seed=0,
                                    **({"top_p": 0.95, "top_k": 20} if args.temperature > 0 else {}))
-            r = bench_spec(h, h.info(), ctx, gen, args.steps, rng)
+            profiler = cProfile.Profile() if args.profile_host else None
+            r = bench_spec(h, h.info(), ctx, gen, args.steps, rng, profiler)
             h.close()
+            if profiler is not None:  # host-side hot spots (native calls show as their ctypes wrappers)
+                pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(15)
             results["spec"].append(r)
             print(f"| {ctx} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} | {r['commit_ms']:.2f} | {r['host_ms']:.3f} | "
                   f"{r['ar_step_ms']:.2f} | {r['verify_ms'] / r['ar_step_ms']:.2f} | "

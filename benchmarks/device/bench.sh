@@ -51,7 +51,8 @@ python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192 --n-gen 6
 # the cost of device-side sampling (Qwen's top-p 0.95 / top-k 20 at temperature 0.6, repeat penalty 1.1)
 log "lucebox speculative step, sampling at temperature 0.6"
 python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192 --n-gen 64 --steps 10 --temperature 0.6 \
-    --repeat-penalty 1.1 --copy-gbs "$COPY_GBS" --json "$OUT/step_bench_t06.json" 2>&1 | grep "^|"
+    --repeat-penalty 1.1 --copy-gbs "$COPY_GBS" --json "$OUT/step_bench_t06.json" --profile-host \
+    2>"$OUT/host_profile.txt" | grep "^|"
 
 if [ "${LUCEBOX_BENCH_FULL:-1}" = 1 ]; then
     log "lucebox AR with a Q8_0 KV cache (head size 256)"

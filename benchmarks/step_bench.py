@@ -114,6 +114,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0, help="sample (Qwen's top-p/top-k) when > 0")
     ap.add_argument("--repeat-penalty", type=float, default=1.0)
     ap.add_argument("--kv", default="f16")
+    ap.add_argument("--draft-window", type=int, default=0,
+                    help="draft context window W (0: the draft's sliding_window, else 4096)")
     ap.add_argument("--no-invariant", action="store_true",
                     help="let CUDA pick batch-dependent kernels (lb_params.batch_invariant = 0)")
     ap.add_argument("--copy-gbs", type=float, default=0.0, help="measured copy bandwidth (GB/s)")
@@ -147,7 +149,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|---|")
         for ctx in ctxs:
             h = Handle(args.target, args.draft, max_ctx=ctx, kv_type=args.kv, device=args.device,
-                       max_tree=max(64, args.budget + 1), batch_invariant=invariant)
+                       max_tree=max(64, args.budget + 1), batch_invariant=invariant, draft_window=args.draft_window)
             gen = GenerationConfig(budget=args.budget, draft_top_k=args.draft_top_k, temperature=args.temperature,
                                    repeat_penalty=args.repeat_penalty, seed=0,
                                    **({"top_p": 0.95, "top_k": 20} if args.temperature > 0 else {}))

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-ABI_VERSION = 2  # must equal LB_ABI_VERSION in lucebox.h
+ABI_VERSION = 3  # must equal LB_ABI_VERSION in lucebox.h
 
 LIB_ENV = "LUCEBOX_LIB"
 LIB_NAME = "liblucebox.so"
@@ -54,6 +54,7 @@ class Params(ctypes.Structure):
         ("max_tree", ctypes.c_int32),
         ("log_level", ctypes.c_int32),
         ("batch_invariant", ctypes.c_int32),
+        ("draft_window", ctypes.c_int32),
     ]
 
 
@@ -70,10 +71,28 @@ class ModelInfo(ctypes.Structure):
         ("mask_token_id", ctypes.c_int32),
         ("max_tree", ctypes.c_int32),
         ("device", ctypes.c_int32),
+        ("draft_window", ctypes.c_int32),
+        ("n_ctx_train", ctypes.c_int32),
     ]
 
     def as_dict(self) -> dict:
         return {name: getattr(self, name) for name, _ in self._fields_}
+
+
+# typedef struct lb_memory { ... } lb_memory;
+class Memory(ctypes.Structure):
+    _fields_ = [
+        ("weights", ctypes.c_int64),
+        ("draft", ctypes.c_int64),
+        ("kv", ctypes.c_int64),
+        ("recurrent", ctypes.c_int64),
+        ("tree", ctypes.c_int64),
+        ("draft_cache", ctypes.c_int64),
+        ("compute", ctypes.c_int64),
+    ]
+
+    def as_dict(self) -> dict:
+        return {name: int(getattr(self, name)) for name, _ in self._fields_}
 
 
 # typedef struct lb_sampling { ... } lb_sampling;
@@ -113,6 +132,8 @@ _PROTOTYPES = [
     ("lb_load", ctypes.c_int32, [ctypes.POINTER(Params), ctypes.POINTER(_engine_p)]),
     # int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out);
     ("lb_model_info_get", ctypes.c_int32, [_engine_p, ctypes.POINTER(ModelInfo)]),
+    # int32_t lb_memory_get(const lb_engine * e, lb_memory * out);
+    ("lb_memory_get", ctypes.c_int32, [_engine_p, ctypes.POINTER(Memory)]),
     # int32_t lb_reset(lb_engine * e);
     ("lb_reset", ctypes.c_int32, [_engine_p]),
     # int32_t lb_prefill(lb_engine *, const int32_t * toks, int32_t n, int32_t * out_next,
@@ -239,7 +260,7 @@ class Handle:
     """
 
     def __init__(self, target_path, draft_path=None, max_ctx=4096, kv_type="f16", device=-1,
-                 n_threads=0, ubatch=512, max_tree=64, log_level="error", batch_invariant=True):
+                 n_threads=0, ubatch=512, max_tree=64, log_level="error", batch_invariant=True, draft_window=0):
         L = lib()
         if kv_type not in KV_TYPES:
             raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
@@ -260,6 +281,7 @@ class Handle:
         params.max_tree = _i32_param("max_tree", max_tree)
         params.log_level = LOG_LEVELS[log_level] if isinstance(log_level, str) else _i32_param("log_level", log_level)
         params.batch_invariant = int(bool(batch_invariant))
+        params.draft_window = _i32_param("draft_window", draft_window)
         out = _engine_p()
         _check(L.lb_load(ctypes.byref(params), ctypes.byref(out)))
         self._ptr = out
@@ -297,6 +319,12 @@ class Handle:
     def info(self) -> dict:
         out = ModelInfo()
         _check(lib().lb_model_info_get(self._p(), ctypes.byref(out)))
+        return out.as_dict()
+
+    def memory(self) -> dict:
+        """Bytes the engine holds now, by part (lb_memory_get)."""
+        out = Memory()
+        _check(lib().lb_memory_get(self._p(), ctypes.byref(out)))
         return out.as_dict()
 
     def n_past(self) -> int:

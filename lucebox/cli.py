@@ -61,7 +61,12 @@ def main():
 
 
 # --- shared options ------------------------------------------------------------------------
+# options that go to EngineConfig as they are (option name -> field), gathered into `engine_opts`
+_ENGINE_FIELDS = {"kv": "kv", "device": "device", "threads": "n_threads", "draft_window": "draft_window"}
+
+
 def _model_options(max_ctx_help: str):
+    """--target, --draft, --no-draft, --max-ctx, and the EngineConfig options (passed on as `engine_opts`)."""
     def decorate(fn):
         options = [
             click.option("--target", type=click.Path(dir_okay=False),
@@ -72,10 +77,18 @@ def _model_options(max_ctx_help: str):
             click.option("--kv", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache type."),
             click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
             click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all)."),
+            click.option("--draft-window", type=click.IntRange(0, MAX_CTX_LIMIT), default=0,
+                         help="The draft sees the last W tokens only (0 = its config's sliding_window, else 4096); "
+                              "changes acceptance, never the output."),
         ]
         for option in reversed(options):
             fn = option(fn)
-        return fn
+
+        @functools.wraps(fn)
+        def gather(**kwargs):
+            kwargs["engine_opts"] = {field: kwargs.pop(name) for name, field in _ENGINE_FIELDS.items()}
+            return fn(**kwargs)
+        return gather
     return decorate
 
 
@@ -176,14 +189,13 @@ def _spinner(desc: str):
         bar.close()
 
 
-def _load_engine(models, tokenizer, *, max_ctx, kv, device, threads):
+def _load_engine(models, tokenizer, *, max_ctx, engine_opts: dict):
     from .engine import Engine
 
     size_gb = models.target.stat().st_size / 1e9
     what = models.target.name + (f" + {models.draft.name}" if models.draft else "")
     with _spinner(f"loading {what} ({size_gb:.1f} GB)"):
-        return Engine(models.target, draft=models.draft, max_ctx=max_ctx, kv=kv, device=device,
-                      n_threads=threads, tokenizer=tokenizer)
+        return Engine(models.target, draft=models.draft, max_ctx=max_ctx, tokenizer=tokenizer, **engine_opts)
 
 
 def _prefill_with_progress(engine, ids: list[int]) -> float:
@@ -261,7 +273,7 @@ def _read_prompt(argument, prompt, prompt_file) -> str:
 @_friendly_errors
 def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p,
         min_p, repeat_penalty, presence_penalty, frequency_penalty, seed, raw, ignore_eos, stats,
-        target, draft, no_draft, max_ctx, kv, device, threads):
+        target, draft, no_draft, max_ctx, engine_opts):
     """Generate a reply to PROMPT (or --prompt, --prompt-file, stdin), streaming text as tokens commit."""
     text = _read_prompt(prompt_argument, prompt, prompt_file)
     models = _resolve(target, draft, no_draft, mode)
@@ -272,7 +284,7 @@ def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, 
     elif len(ids) >= max_ctx:
         raise ValueError(f"prompt of {len(ids)} tokens does not fit --max-ctx {max_ctx}; "
                          "raise --max-ctx or shorten the prompt")
-    with _load_engine(models, tokenizer, max_ctx=max_ctx, kv=kv, device=device, threads=threads) as engine:
+    with _load_engine(models, tokenizer, max_ctx=max_ctx, engine_opts=engine_opts) as engine:
         prefill_s = _prefill_with_progress(engine, ids)
         last = ""
         sampling = _given(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
@@ -305,7 +317,7 @@ def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, 
 @_model_options("Context tokens for the whole conversation.")
 @_friendly_errors
 def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, min_p, repeat_penalty,
-         presence_penalty, frequency_penalty, seed, ignore_eos, target, draft, no_draft, max_ctx, kv, device, threads):
+         presence_penalty, frequency_penalty, seed, ignore_eos, target, draft, no_draft, max_ctx, engine_opts):
     """Multi-turn chat (/set, /reset, /stats; Ctrl+C stops a reply, Ctrl+D exits)."""
     from .chat import HELP, ChatSession, describe_sampling, recommended_sampling, repl
 
@@ -313,8 +325,7 @@ def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, mi
     tokenizer = _load_tokenizer(models)
     if not tokenizer.chat_template:
         raise ValueError(f"{models.target.name} has no chat template, which chat needs; use `lucebox run --raw`")
-    with _load_engine(models, tokenizer, max_ctx=max_ctx or 8192, kv=kv, device=device,
-                      threads=threads) as engine:
+    with _load_engine(models, tokenizer, max_ctx=max_ctx or 8192, engine_opts=engine_opts) as engine:
         sampling, source = recommended_sampling(models.target)
         sampling.update(_given(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
@@ -348,7 +359,7 @@ def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, mi
 @_model_options("Context tokens (default: fit the longest prompt + n_gen).")
 @_friendly_errors
 def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temperature, seed, stop_at_eos, json_path,
-          target, draft, no_draft, max_ctx, kv, device, threads):
+          target, draft, no_draft, max_ctx, engine_opts):
     """Benchmark AR vs DFlash + DDTree: markdown table on stdout, JSON saved."""
     from . import bench as B
 
@@ -367,12 +378,13 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temp
     specs = [B.RunSpec("ddtree", b) for b in budget_list]
     if with_chain:
         specs += [B.RunSpec("chain", b) for b in budget_list]
-    with _load_engine(models, tokenizer, max_ctx=max_ctx, kv=kv, device=device, threads=threads) as engine:
+    with _load_engine(models, tokenizer, max_ctx=max_ctx, engine_opts=engine_opts) as engine:
         result = B.run(engine, suites, specs, n_gen=n_gen, draft_top_k=draft_top_k, ignore_eos=not stop_at_eos,
                        temperature=temperature, seed=seed)
         device_used = "cpu" if engine.info["device"] < 0 else f"cuda:{engine.info['device']}"
         result = B.stamp(result, target=str(models.target), draft=str(models.draft),
-                         max_ctx=engine.info["max_ctx"], kv=kv, device=device_used)
+                         max_ctx=engine.info["max_ctx"], kv=engine_opts["kv"], device=device_used,
+                         draft_window=engine.info["draft_window"])
     B.save_json(result, json_path)
     click.echo(B.to_markdown(result))
     click.echo(f"saved {json_path}", err=True)
@@ -390,8 +402,8 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temp
 @click.option("--model-name", default="lucebox", show_default=True, help="Model id the server reports and accepts.")
 @_model_options(f"Context tokens per request, prompt + reply (default {DEFAULT_SERVE_MAX_CTX}).")
 @_friendly_errors
-def serve(host, port, max_queue, prefix_cache_gb, api_key, model_name, target, draft, no_draft, max_ctx, kv,
-          device, threads):
+def serve(host, port, max_queue, prefix_cache_gb, api_key, model_name, target, draft, no_draft, max_ctx,
+          engine_opts):
     """OpenAI- and Anthropic-compatible HTTP server (/v1/chat/completions, /v1/messages, ...)."""
     from .config import ServeConfig
 
@@ -401,8 +413,8 @@ def serve(host, port, max_queue, prefix_cache_gb, api_key, model_name, target, d
 
     models = _resolve(target, draft, no_draft, None)
     tokenizer = _load_tokenizer(models)
-    with _load_engine(models, tokenizer, max_ctx=max_ctx or DEFAULT_SERVE_MAX_CTX, kv=kv, device=device,
-                      threads=threads) as engine:
+    with _load_engine(models, tokenizer, max_ctx=max_ctx or DEFAULT_SERVE_MAX_CTX,
+                      engine_opts=engine_opts) as engine:
         used = "ddtree" if engine.has_draft else "ar"
         click.echo(f"lucebox serve: {models.target.name}, {used}, context {engine.info['max_ctx']}, "
                    f"http://{host}:{port}/v1 (model {model_name!r})", err=True)

@@ -60,6 +60,10 @@ class EngineConfig:
     # every token computes to the same bits in any batch (greedy speculative == AR, bit for bit); False
     # lets CUDA pick faster batch-dependent kernels (benchmarks); the CPU is always invariant
     batch_invariant: bool = True
+    # W: the draft attends to the last W committed tokens only, keeping their K/V in a ring of W rows
+    # (memory O(W)); 0 = the draft's config.json sliding_window, else the native default (4096,
+    # LB_DRAFT_WINDOW_DEFAULT). Changes what the draft proposes, never the output.
+    draft_window: int = 0
 
     def __post_init__(self):
         self.target = Path(self.target)
@@ -70,6 +74,8 @@ class EngineConfig:
             raise ValueError(f"kv must be one of {', '.join(KV_TYPES)}; got {self.kv!r}")
         _check_int("ubatch", self.ubatch, 1, MAX_UBATCH)
         _check_int("max_tree", self.max_tree, 2, MAX_TREE_LIMIT)
+        _check_int("draft_window", self.draft_window, 0, MAX_CTX_LIMIT,
+                   "0 takes the draft's sliding_window (else 4096); W keeps the last W tokens")
         _check_int("n_threads", self.n_threads, 0, max_threads(),
                    "0 uses all cores; more than 4 per hardware thread only slows ggml down")
         if self.log_level not in LOG_LEVELS:

@@ -74,7 +74,7 @@ class Engine:
         self._handle = Handle(config.target, config.draft, max_ctx=config.max_ctx, kv_type=config.kv,
                               device=device, n_threads=config.n_threads, ubatch=config.ubatch,
                               max_tree=config.max_tree, log_level=config.log_level,
-                              batch_invariant=config.batch_invariant)
+                              batch_invariant=config.batch_invariant, draft_window=config.draft_window)
         self.info = self._handle.info()
         self._drafter = (NativeDrafter(self._handle, self.info["block_size"])
                          if self.info["has_draft"] else None)
@@ -106,6 +106,10 @@ class Engine:
         if self._handle is None:
             raise RuntimeError("Engine is closed")
         return self._handle
+
+    def memory(self) -> dict[str, int]:
+        """Bytes the engine holds now, by part: weights, draft, kv, recurrent, tree, draft_cache, compute."""
+        return self._h().memory()
 
     @property
     def has_draft(self) -> bool:

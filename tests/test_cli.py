@@ -258,6 +258,16 @@ def test_run_kv_types(tiny_pair, reference):
         assert result.exit_code == 0, result.output
 
 
+def test_run_draft_window(tiny_pair, reference):
+    # a draft window of 8 tokens changes what the draft proposes, not the text
+    result = CliRunner().invoke(main, ["run", "-p", "Hello", "-n", "12", "--mode", "ddtree", "--draft-window", "8",
+                                       *_models(tiny_pair)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
+    bad = CliRunner().invoke(main, ["run", "-p", "Hello", "--draft-window", "-1", *_models(tiny_pair)])
+    assert bad.exit_code == 2 and "--draft-window" in bad.output
+
+
 def test_run_subprocess_env_models_and_stdin(tiny_pair, reference, tmp_path):
     # no flags: $LUCEBOX_TARGET / $LUCEBOX_DRAFT, prompt on stdin, as a user's shell runs it
     env = _env(LUCEBOX_TARGET=str(tiny_pair[0]), LUCEBOX_DRAFT=str(tiny_pair[1]),

@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define LB_ABI_VERSION 2
+#define LB_ABI_VERSION 3
 
 /* status codes */
 #define LB_OK              0
@@ -48,6 +48,10 @@ extern "C" {
 #define LB_KV_Q8_0  1
 #define LB_KV_Q4_0  2
 #define LB_KV_F32   3  /* exact reference arithmetic (tests); 2x the bytes of f16 */
+
+/* The draft's context window when neither lb_params.draft_window nor the draft's config.json
+   (sliding_window) names one: the reference implementation's feature ring. */
+#define LB_DRAFT_WINDOW_DEFAULT 4096
 
 /* log levels for lb_params.log_level (messages go to stderr) */
 #define LB_LOG_QUIET 0
@@ -72,6 +76,11 @@ typedef struct lb_params {
                                   speculative output equals AR output bit for bit. 0: on CUDA, the
                                   faster batch-dependent kernels (outputs may part at near-ties). The
                                   CPU kernels are always invariant. CUDA: process-wide (ggml-cuda's). */
+    int32_t draft_window;      /* W: the draft attends to at most the last W committed tokens, whose K/V
+                                  it keeps in a ring of W rows (memory O(W), not O(max_ctx)). 0: the
+                                  draft config's sliding_window, else LB_DRAFT_WINDOW_DEFAULT; W >=
+                                  max_ctx keeps the whole context. Only the draft's proposals (hence
+                                  acceptance) depend on it, never the output.                          */
 } lb_params;
 
 typedef struct lb_model_info {
@@ -85,7 +94,24 @@ typedef struct lb_model_info {
     int32_t mask_token_id;     /* draft mask token (-1 without draft)                             */
     int32_t max_tree;
     int32_t device;            /* as loaded: -1 CPU, else the CUDA device                         */
+    int32_t draft_window;      /* rows of the draft's context ring: min(W, max_ctx); 0 without draft */
+    int32_t n_ctx_train;       /* the target's trained context length (GGUF context_length)        */
 } lb_model_info;
+
+/*
+ * Memory by what holds it, in bytes of the engine's device (GPU memory on CUDA, host memory on the
+ * CPU): lb_memory_get reports what a loaded engine holds now, lb_memory_plan what one would hold
+ * at most without loading anything.
+ */
+typedef struct lb_memory {
+    int64_t weights;           /* target weights (CPU: the mapped GGUF + converted / stacked copies) */
+    int64_t draft;             /* draft weights (0 without draft)                                  */
+    int64_t kv;                /* target KV cache: K and V rows of every full-attention layer      */
+    int64_t recurrent;         /* DeltaNet conv windows and recurrent states                       */
+    int64_t tree;              /* tree-verify scratch and the captured target features             */
+    int64_t draft_cache;       /* the draft's context ring (its K/V of the last W tokens)          */
+    int64_t compute;           /* graph compute buffers (prefill, step, verify, commit, draft)     */
+} lb_memory;
 
 /*
  * Sampling tail of lb_prefill_sampled / lb_verify_sampled: for each output row the target's
@@ -124,7 +150,8 @@ LB_API const char * lb_last_error(void);
 /* Number of CUDA devices this build can use (0 in a CPU-only build). Never fails. */
 LB_API int32_t lb_device_count(void);
 
-/* Fill *p with defaults (max_ctx 4096, f16 KV, CPU, all threads, ubatch 512, max_tree 64, invariant). */
+/* Fill *p with defaults (max_ctx 4096, f16 KV, CPU, all threads, ubatch 512, max_tree 64, invariant,
+   draft_window 0 = from the draft's config). */
 LB_API void lb_params_default(lb_params * p);
 
 /* Load the target (and draft, if p->draft_path) and allocate caches. *out is set on success. */
@@ -132,6 +159,10 @@ LB_API int32_t lb_load(const lb_params * p, lb_engine ** out);
 
 /* Sizes and current position. */
 LB_API int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out);
+
+/* What the engine holds now, by part (see lb_memory). Compute buffers grow to the largest graph
+   each kind of call has run so far. */
+LB_API int32_t lb_memory_get(const lb_engine * e, lb_memory * out);
 
 /* Forget everything committed (P = 0). */
 LB_API int32_t lb_reset(lb_engine * e);

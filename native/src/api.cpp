@@ -60,6 +60,7 @@ LB_API void lb_params_default(lb_params * p) {
     p->max_tree = 64;
     p->log_level = LB_LOG_ERROR;
     p->batch_invariant = 1;
+    p->draft_window = 0;
 }
 
 LB_API int32_t lb_load(const lb_params * p, lb_engine ** out) {
@@ -83,6 +84,12 @@ LB_API int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out) {
     LB_NEED_ENGINE(e, "lb_model_info_get");
     if (!out) return fail(LB_E_INVALID_ARG, "lb_model_info_get: out must not be NULL");
     return guarded([&] { *out = e->info(); });
+}
+
+LB_API int32_t lb_memory_get(const lb_engine * e, lb_memory * out) {
+    LB_NEED_ENGINE(e, "lb_memory_get");
+    if (!out) return fail(LB_E_INVALID_ARG, "lb_memory_get: out must not be NULL");
+    return guarded([&] { *out = e->memory(); });
 }
 
 LB_API int32_t lb_reset(lb_engine * e) {

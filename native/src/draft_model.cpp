@@ -8,7 +8,6 @@
 
 #include "backend.hpp"
 #include "error.hpp"
-#include "backend.hpp"
 #include "matmul.hpp"
 
 namespace lb {
@@ -47,7 +46,7 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backe
     if (opt.kv_type != GGML_TYPE_F16 && opt.kv_type != GGML_TYPE_F32) {
         throw Error(LB_E_INVALID_ARG, "draft: context cache type must be F16 or F32");
     }
-    if (opt.ctx_size < 1) throw Error(LB_E_INVALID_ARG, "draft: ctx_size must be >= 1");
+    if (opt.ctx_size < 0 || opt.ctx_limit < 1) throw Error(LB_E_INVALID_ARG, "draft: ctx_size must be >= 0");
     std::unique_ptr<DraftModel> m(new DraftModel());
     m->backend_ = backend;
     m->target_ = target;
@@ -62,9 +61,11 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backe
     draft_config_check_target(c, int32_t(target.tok_embd->ne[0]), m->n_vocab_, target.n_layer);
     m->weights_ = draft_weights_load(dir, c, backend, opt.weight_type);
 
-    m->ctx_size_ = opt.ctx_size;
-    m->rows_ = draft_pad_rows(opt.ctx_size + c.block_size);
-    m->slot_pos_.assign(size_t(opt.ctx_size), -1);
+    const int32_t window = opt.ctx_size > 0 ? opt.ctx_size : c.sliding_window > 0 ? c.sliding_window
+                                                                                  : LB_DRAFT_WINDOW_DEFAULT;
+    m->ctx_size_ = std::min(window, opt.ctx_limit);
+    m->rows_ = draft_pad_rows(m->ctx_size_ + c.block_size);
+    m->slot_pos_.assign(size_t(m->ctx_size_), -1);
     ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * c.n_layer), nullptr, true};
     m->kv_ctx_ = ggml_init(ip);
     if (!m->kv_ctx_) throw Error(LB_E_OOM, "draft: cannot create the cache context");
@@ -118,6 +119,10 @@ bool DraftModel::flash_supported() const {
 
 size_t DraftModel::cache_bytes() const {
     return kv_buf_ ? ggml_backend_buffer_get_size(kv_buf_) : 0;
+}
+
+size_t DraftModel::compute_bytes() const {
+    return galloc_ ? ggml_gallocr_get_buffer_size(galloc_, 0) : 0;
 }
 
 ggml_tensor * DraftModel::rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w) const {

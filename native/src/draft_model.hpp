@@ -13,7 +13,8 @@
 //
 // Engine wiring (see engine.hpp's draft hooks):
 //   lb_load   d = DraftModel::load(draft_path, backend, {tok_embd, output, hp.n_layer},
-//                                  {keep, F16 on CUDA / F32 on CPU, ctx_size = max_ctx});
+//                                  {keep, F16 on CUDA / F32 on CPU, ctx_size = draft_window,
+//                                   ctx_limit = max_ctx});
 //             set_capture_layers(d->config().target_layer_ids); info: block_size, mask_token_id
 //   commit    on_commit(rows, n) -> d->append(capture tensors, rows, n): after each prefill
 //             micro-batch and step (rows = nullptr) and after lb_commit (rows = the path's nodes)
@@ -21,6 +22,7 @@
 //   lb_reset  d->reset()
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -49,9 +51,11 @@ struct DraftTarget {
 struct DraftOptions {
     DraftWeightType weight_type = DraftWeightType::keep;
     ggml_type kv_type = GGML_TYPE_F16;  // context K/V storage: F16 or F32 (F32: exact tests on CPU)
-    // Context rows kept. >= the engine's max_ctx reproduces the reference exactly; smaller keeps a
-    // ring of the most recent tokens (full-attention draft layers then see only those).
-    int32_t ctx_size = 4096;
+    // Context rows kept: a ring of the most recent tokens (full-attention draft layers then see
+    // only those); >= the engine's max_ctx reproduces the reference exactly. 0: the config's
+    // sliding_window, else LB_DRAFT_WINDOW_DEFAULT. At most ctx_limit rows either way.
+    int32_t ctx_size = 0;
+    int32_t ctx_limit = INT32_MAX;
     // Attention kernel: auto = flash attention where the backend supports the shapes, else plain
     // ops (tests force either to cover both).
     enum class Attention { automatic, flash, plain } attention = Attention::automatic;
@@ -69,8 +73,10 @@ public:
 
     const DraftConfig & config() const { return cfg_; }
     int32_t n_past() const { return n_past_; }   // tokens whose features are in the context
+    int32_t ctx_size() const { return ctx_size_; }  // ring slots: the most recent tokens it keeps
     size_t weight_bytes() const { return weights_->nbytes(); }
     size_t cache_bytes() const;
+    size_t compute_bytes() const;  // the graph buffer: the largest append / propose graph so far
     void reset() { n_past_ = 0; }                 // forget the context (lb_reset)
 
     // The context as bytes (state.cpp's snapshots): n_past, each live slot's position, then per

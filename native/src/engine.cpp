@@ -49,12 +49,16 @@ void lb_engine::load(const lb_params & p) {
     check(p.max_tree >= 1 && p.max_tree <= kMaxTreeLimit, LB_E_INVALID_ARG,
           "max_tree " + std::to_string(p.max_tree) + " is out of range [1, " + std::to_string(kMaxTreeLimit) + "]");
     check(p.device >= -1, LB_E_INVALID_ARG, "device must be -1 (CPU) or a CUDA device index");
+    check(p.draft_window >= 0 && p.draft_window <= kMaxCtxLimit, LB_E_INVALID_ARG,
+          "draft_window " + std::to_string(p.draft_window) + " is out of range [0, " + std::to_string(kMaxCtxLimit) +
+              "] (0: the draft's sliding_window, else " + std::to_string(LB_DRAFT_WINDOW_DEFAULT) + ")");
     kv_type = kv_type_from_lb(p.kv_type);
 
     target_path = p.target_path;
     max_ctx = p.max_ctx;
     ubatch = p.ubatch;
     max_tree = p.max_tree;
+    draft_window = p.draft_window;
     check(p.batch_invariant == 0 || p.batch_invariant == 1, LB_E_INVALID_ARG,
           "batch_invariant must be 0 or 1, got " + std::to_string(p.batch_invariant));
 
@@ -76,7 +80,8 @@ void lb_engine::load_draft(const std::string & dir) {
     t.n_layer = model->hp.n_layer;
     lb::DraftOptions opt;
     opt.kv_type = backend.is_cpu() ? GGML_TYPE_F32 : GGML_TYPE_F16;
-    opt.ctx_size = max_ctx;
+    opt.ctx_size = draft_window;  // 0: from the draft's config
+    opt.ctx_limit = max_ctx;      // a ring longer than the context would only hold empty rows
     draft = lb::DraftModel::load(dir, backend.backend, t, opt);
     set_capture_layers(draft->config().target_layer_ids);
     on_commit = [this](const int32_t * rows, int32_t n) { draft->append(cache.capture, rows, n); };
@@ -124,6 +129,31 @@ lb_model_info lb_engine::info() const {
     out.mask_token_id = draft ? draft->config().mask_token_id : -1;
     out.max_tree = max_tree;
     out.device = backend.device;
+    out.draft_window = draft ? draft->ctx_size() : 0;
+    out.n_ctx_train = model->hp.n_ctx_train;
+    return out;
+}
+
+namespace {
+
+int64_t buffer_bytes(ggml_backend_buffer_t b) { return b ? int64_t(ggml_backend_buffer_get_size(b)) : 0; }
+int64_t galloc_bytes(ggml_gallocr_t g) { return g ? int64_t(ggml_gallocr_get_buffer_size(g, 0)) : 0; }
+
+}  // namespace
+
+lb_memory lb_engine::memory() const {
+    lb_memory out{};
+    for (ggml_backend_buffer_t b : model->buffers) out.weights += buffer_bytes(b);
+    out.kv = buffer_bytes(cache.kv_buf);
+    out.recurrent = buffer_bytes(cache.state_buf);
+    out.tree = buffer_bytes(cache.tree_buf) + buffer_bytes(cache.capture_buf);
+    for (const ForwardSlot * s : {&prefill_slot_, &step_slot_, &verify_slot_}) out.compute += galloc_bytes(s->galloc);
+    for (const auto & kv : commit_slots_) out.compute += galloc_bytes(kv.second.galloc);
+    if (draft) {
+        out.draft = int64_t(draft->weight_bytes());
+        out.draft_cache = int64_t(draft->cache_bytes());
+        out.compute += int64_t(draft->compute_bytes());
+    }
     return out;
 }
 

@@ -25,7 +25,8 @@ STATUS_NAMES = {
 E_CONTEXT = -6
 E_OOM = -7
 
-KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2, "f32": 3}
+KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2, "f32": 3, "bf16": 4}  # LB_KV_*
+KV_NAMES = {code: name for name, code in KV_TYPES.items()}
 LOG_LEVELS = {"quiet": 0, "error": 1, "info": 2, "debug": 3}
 
 
@@ -47,7 +48,8 @@ class Params(ctypes.Structure):
         ("target_path", ctypes.c_char_p),
         ("draft_path", ctypes.c_char_p),
         ("max_ctx", ctypes.c_int32),
-        ("kv_type", ctypes.c_int32),
+        ("type_k", ctypes.c_int32),
+        ("type_v", ctypes.c_int32),
         ("device", ctypes.c_int32),
         ("n_threads", ctypes.c_int32),
         ("ubatch", ctypes.c_int32),
@@ -73,6 +75,8 @@ class ModelInfo(ctypes.Structure):
         ("device", ctypes.c_int32),
         ("draft_window", ctypes.c_int32),
         ("n_ctx_train", ctypes.c_int32),
+        ("type_k", ctypes.c_int32),
+        ("type_v", ctypes.c_int32),
     ]
 
     def as_dict(self) -> dict:
@@ -260,10 +264,14 @@ class Handle:
     """
 
     def __init__(self, target_path, draft_path=None, max_ctx=4096, kv_type="f16", device=-1,
-                 n_threads=0, ubatch=512, max_tree=64, log_level="error", batch_invariant=True, draft_window=0):
+                 n_threads=0, ubatch=512, max_tree=64, log_level="error", batch_invariant=True, draft_window=0,
+                 type_k=None, type_v=None):
+        """kv_type: the K and V cache type; type_k / type_v (llama.cpp's names) override one side."""
         L = lib()
-        if kv_type not in KV_TYPES:
-            raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
+        type_k, type_v = type_k or kv_type, type_v or kv_type
+        for name, value in (("type_k", type_k), ("type_v", type_v)):
+            if value not in KV_TYPES:
+                raise ValueError(f"{name} must be one of {', '.join(KV_TYPES)}; got {value!r}")
         if isinstance(log_level, str) and log_level not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {log_level!r}")
         params = Params()
@@ -274,7 +282,8 @@ class Handle:
         params.target_path = self._target_b
         params.draft_path = self._draft_b
         params.max_ctx = _i32_param("max_ctx", max_ctx)
-        params.kv_type = KV_TYPES[kv_type]
+        params.type_k = KV_TYPES[type_k]
+        params.type_v = KV_TYPES[type_v]
         params.device = _i32_param("device", device)
         params.n_threads = _i32_param("n_threads", n_threads)
         params.ubatch = _i32_param("ubatch", ubatch)
@@ -317,9 +326,12 @@ class Handle:
 
     # --- calls ----------------------------------------------------------------------------
     def info(self) -> dict:
+        """lb_model_info as a dict; type_k / type_v as names ("f16", "q8_0", ...)."""
         out = ModelInfo()
         _check(lib().lb_model_info_get(self._p(), ctypes.byref(out)))
-        return out.as_dict()
+        info = out.as_dict()
+        info["type_k"], info["type_v"] = KV_NAMES[info["type_k"]], KV_NAMES[info["type_v"]]
+        return info
 
     def memory(self) -> dict:
         """Bytes the engine holds now, by part (lb_memory_get)."""

@@ -62,7 +62,8 @@ def main():
 
 # --- shared options ------------------------------------------------------------------------
 # options that go to EngineConfig as they are (option name -> field), gathered into `engine_opts`
-_ENGINE_FIELDS = {"kv": "kv", "device": "device", "threads": "n_threads", "draft_window": "draft_window"}
+_ENGINE_FIELDS = {"kv": "kv", "cache_type_k": "cache_type_k", "cache_type_v": "cache_type_v", "device": "device",
+                  "threads": "n_threads", "draft_window": "draft_window"}
 
 
 def _model_options(max_ctx_help: str):
@@ -74,7 +75,11 @@ def _model_options(max_ctx_help: str):
             click.option("--draft", type=click.Path(), help="DFlash draft folder (else $LUCEBOX_DRAFT or the pulled draft)."),
             click.option("--no-draft", is_flag=True, help="Load no draft (AR decoding only)."),
             click.option("--max-ctx", type=click.IntRange(16, MAX_CTX_LIMIT), default=None, help=max_ctx_help),
-            click.option("--kv", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache type."),
+            click.option("--kv", type=click.Choice(KV_TYPES), default=None, help="KV cache type of K and V (default f16)."),
+            click.option("-ctk", "--cache-type-k", type=click.Choice(KV_TYPES), default=None,
+                         help="K cache type (as llama.cpp's), overriding --kv."),
+            click.option("-ctv", "--cache-type-v", type=click.Choice(KV_TYPES), default=None,
+                         help="V cache type (as llama.cpp's), overriding --kv."),
             click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
             click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all)."),
             click.option("--draft-window", type=click.IntRange(0, MAX_CTX_LIMIT), default=0,
@@ -383,7 +388,8 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temp
                        temperature=temperature, seed=seed)
         device_used = "cpu" if engine.info["device"] < 0 else f"cuda:{engine.info['device']}"
         result = B.stamp(result, target=str(models.target), draft=str(models.draft),
-                         max_ctx=engine.info["max_ctx"], kv=engine_opts["kv"], device=device_used,
+                         max_ctx=engine.info["max_ctx"], type_k=engine.info["type_k"], type_v=engine.info["type_v"],
+                         device=device_used,
                          draft_window=engine.info["draft_window"])
     B.save_json(result, json_path)
     click.echo(B.to_markdown(result))

@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KV_TYPES = ("f16", "q8_0", "q4_0", "f32")
+KV_TYPES = ("f16", "bf16", "q8_0", "q4_0", "f32")  # KV cache element types (LB_KV_*)
+DEFAULT_KV = "f16"
 MODES = ("auto", "ar", "chain", "ddtree")
 LOG_LEVELS = ("quiet", "error", "info", "debug")
 DEFAULT_BUDGET = 22
@@ -51,7 +52,10 @@ class EngineConfig:
     target: str | Path
     draft: str | Path | None = None
     max_ctx: int = 4096
-    kv: str = "f16"
+    kv: str | None = None       # K and V cache type (KV_TYPES); None = DEFAULT_KV
+    # one side's type (llama.cpp's --cache-type-k / --cache-type-v); None = kv's
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
     device: str = "auto"        # "auto" (first GPU if the build has CUDA, else CPU), "cpu", "cuda", "cuda:N"
     n_threads: int = 0          # CPU threads; 0 = all cores
     ubatch: int = 512           # prefill micro-batch
@@ -70,8 +74,10 @@ class EngineConfig:
         if self.draft is not None:
             self.draft = Path(self.draft)
         _check_int("max_ctx", self.max_ctx, 16, MAX_CTX_LIMIT)
-        if self.kv not in KV_TYPES:
-            raise ValueError(f"kv must be one of {', '.join(KV_TYPES)}; got {self.kv!r}")
+        for name in ("kv", "cache_type_k", "cache_type_v"):
+            value = getattr(self, name)
+            if value is not None and value not in KV_TYPES:
+                raise ValueError(f"{name} must be one of {', '.join(KV_TYPES)}; got {value!r}")
         _check_int("ubatch", self.ubatch, 1, MAX_UBATCH)
         _check_int("max_tree", self.max_tree, 2, MAX_TREE_LIMIT)
         _check_int("draft_window", self.draft_window, 0, MAX_CTX_LIMIT,
@@ -83,6 +89,14 @@ class EngineConfig:
         if not isinstance(self.device, str):
             raise ValueError(f"device must be a string (auto, cpu, cuda or cuda:N); got {self.device!r}")
         device_index(self.device)  # validates
+
+    @property
+    def type_k(self) -> str:
+        return self.cache_type_k or self.kv or DEFAULT_KV
+
+    @property
+    def type_v(self) -> str:
+        return self.cache_type_v or self.kv or DEFAULT_KV
 
 
 def device_index(device: str, cuda_count: int | None = None) -> int:

@@ -71,8 +71,8 @@ class Engine:
         if not config.target.is_file():
             raise FileNotFoundError(f"target GGUF not found: {config.target}")
         device = device_index(config.device, cuda_count=device_count())
-        self._handle = Handle(config.target, config.draft, max_ctx=config.max_ctx, kv_type=config.kv,
-                              device=device, n_threads=config.n_threads, ubatch=config.ubatch,
+        self._handle = Handle(config.target, config.draft, max_ctx=config.max_ctx, type_k=config.type_k,
+                              type_v=config.type_v, device=device, n_threads=config.n_threads, ubatch=config.ubatch,
                               max_tree=config.max_tree, log_level=config.log_level,
                               batch_invariant=config.batch_invariant, draft_window=config.draft_window)
         self.info = self._handle.info()

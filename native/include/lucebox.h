@@ -43,11 +43,13 @@ extern "C" {
 #define LB_E_BACKEND      -8  /* ggml backend / graph compute failure                            */
 #define LB_E_STATE        -9  /* call out of order (e.g. commit without verify, draft w/o draft) */
 
-/* KV cache element types */
+/* KV cache element types (lb_params.type_k / type_v, llama.cpp's --cache-type-k / -v).
+   Bytes per element: f32 4, f16 / bf16 2, q8_0 34/32, q4_0 18/32. */
 #define LB_KV_F16   0
 #define LB_KV_Q8_0  1
 #define LB_KV_Q4_0  2
 #define LB_KV_F32   3  /* exact reference arithmetic (tests); 2x the bytes of f16 */
+#define LB_KV_BF16  4
 
 /* The draft's context window when neither lb_params.draft_window nor the draft's config.json
    (sliding_window) names one: the reference implementation's feature ring. */
@@ -65,7 +67,9 @@ typedef struct lb_params {
     const char * target_path;  /* GGUF file of the target (arch qwen35); required                 */
     const char * draft_path;   /* DFlash draft folder (config.json + *.safetensors) or NULL       */
     int32_t max_ctx;           /* tokens of context to allocate (KV cache rows)                   */
-    int32_t kv_type;           /* LB_KV_*                                                          */
+    int32_t type_k;            /* LB_KV_* of the K cache (llama.cpp's type_k)                     */
+    int32_t type_v;            /* LB_KV_* of the V cache: any pair on the CPU; on CUDA for now only
+                                  type_v == type_k (LB_E_UNSUPPORTED otherwise)                     */
     int32_t device;            /* -1: CPU; >= 0: CUDA device index                                */
     int32_t n_threads;         /* CPU threads; <= 0: all cores                                    */
     int32_t ubatch;            /* prefill micro-batch (tokens per graph)                          */
@@ -96,6 +100,8 @@ typedef struct lb_model_info {
     int32_t device;            /* as loaded: -1 CPU, else the CUDA device                         */
     int32_t draft_window;      /* rows of the draft's context ring: min(W, max_ctx); 0 without draft */
     int32_t n_ctx_train;       /* the target's trained context length (GGUF context_length)        */
+    int32_t type_k;            /* LB_KV_* as loaded                                                */
+    int32_t type_v;
 } lb_model_info;
 
 /*
@@ -241,7 +247,7 @@ LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t
  * layer's recurrent state and conv window, and the draft's context (its K/V ring rows, which
  * position each slot holds, its P). It does not hold `last` (the caller keeps it) nor a pending
  * verify. The blob is opaque host memory, valid only for an engine loaded with the same files,
- * max_ctx, kv_type and device kind.
+ * max_ctx, type_k, type_v, draft_window and device kind.
  *
  * lb_state_size:  *out_bytes = the size lb_state_save needs now (grows with P).
  * lb_state_save:  writes the snapshot into buf[cap] (bytes), *out_written = its size.

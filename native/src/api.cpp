@@ -53,7 +53,8 @@ LB_API void lb_params_default(lb_params * p) {
     p->target_path = nullptr;
     p->draft_path = nullptr;
     p->max_ctx = 4096;
-    p->kv_type = LB_KV_F16;
+    p->type_k = LB_KV_F16;
+    p->type_v = LB_KV_F16;
     p->device = -1;
     p->n_threads = 0;
     p->ubatch = 512;

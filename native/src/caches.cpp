@@ -55,12 +55,13 @@ size_t TargetCache::bytes() const {
     return n;
 }
 
-void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, int32_t max_ctx, ggml_type kv_type,
-                int32_t max_tree) {
+void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, int32_t max_ctx, ggml_type type_k,
+                ggml_type type_v, int32_t max_tree) {
     const TargetHparams & hp = m.hp;
     c.rows = (max_ctx + kKvPad - 1) / kKvPad * kKvPad;
     c.max_tree = max_tree;
-    c.kv_type = kv_type;
+    c.type_k = type_k;
+    c.type_v = type_v;
     const size_t n_layer = size_t(hp.n_layer);
     c.k.assign(n_layer, nullptr); c.v.assign(n_layer, nullptr);
     c.k_raw.assign(n_layer, nullptr); c.v_raw.assign(n_layer, nullptr);
@@ -68,10 +69,10 @@ void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, 
     c.tree_qkv.assign(n_layer, nullptr); c.tree_g.assign(n_layer, nullptr); c.tree_beta.assign(n_layer, nullptr);
 
     const int64_t kv_row = int64_t(hp.head_dim) * hp.n_head_kv;
-    if (ggml_blck_size(kv_type) > 1) {
-        check(hp.head_dim % ggml_blck_size(kv_type) == 0, LB_E_UNSUPPORTED,
-              std::string("KV type ") + ggml_type_name(kv_type) + " needs a head size that is a multiple of " +
-                  std::to_string(ggml_blck_size(kv_type)) + " (this model: " + std::to_string(hp.head_dim) + "); use f16");
+    for (ggml_type t : {type_k, type_v}) {
+        check(hp.head_dim % ggml_blck_size(t) == 0, LB_E_UNSUPPORTED,
+              std::string("KV type ") + ggml_type_name(t) + " needs a head size that is a multiple of " +
+                  std::to_string(ggml_blck_size(t)) + " (this model: " + std::to_string(hp.head_dim) + "); use f16");
     }
 
     // one context per buffer (KV, state, tree scratch): the state buffer alone is cleared on reset
@@ -92,8 +93,8 @@ void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, 
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         const std::string s = std::to_string(il);
         if (!hp.recurrent[size_t(il)]) {
-            c.k[size_t(il)] = new_padded_rows(c.ctx, kv_type, kv_row, c.rows);
-            c.v[size_t(il)] = new_padded_rows(c.ctx, kv_type, kv_row, c.rows);
+            c.k[size_t(il)] = new_padded_rows(c.ctx, type_k, kv_row, c.rows);
+            c.v[size_t(il)] = new_padded_rows(c.ctx, type_v, kv_row, c.rows);
             ggml_set_name(c.k[size_t(il)], ("cache_k." + s).c_str());
             ggml_set_name(c.v[size_t(il)], ("cache_v." + s).c_str());
         } else {

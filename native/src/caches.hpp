@@ -1,8 +1,8 @@
 // caches.hpp: everything the target remembers between calls, on the backend.
 //
-//   KV cache (full-attention layers): k[il], v[il] = [head_dim*n_head_kv, rows] of kv_type; slot p
-//     holds the token at position p. Rows are padded to 16 bytes so k_raw/v_raw, F32 views of the
-//     same bytes, can move rows bit-exactly whatever kv_type is (commit).
+//   KV cache (full-attention layers): k[il] = [head_dim*n_head_kv, rows] of type_k, v[il] the same
+//     of type_v; slot p holds the token at position p. Rows are padded to 16 bytes so k_raw/v_raw,
+//     F32 views of the same bytes, can move rows bit-exactly whatever the types are (commit).
 //   Recurrent state (Gated DeltaNet layers): conv[il] = [d_conv-1, conv_channels] f32, the last
 //     d_conv-1 pre-conv inputs (oldest first); ssm[il] = [S, S, n_v_heads] f32, the delta-rule state.
 //   Tree scratch (Gated DeltaNet layers): the last verify's per-node pre-conv inputs and gates,
@@ -24,7 +24,8 @@ namespace lb {
 struct TargetCache {
     int32_t rows = 0;              // KV slots: max_ctx rounded up to kKvPad
     int32_t max_tree = 0;
-    ggml_type kv_type = GGML_TYPE_F16;
+    ggml_type type_k = GGML_TYPE_F16;
+    ggml_type type_v = GGML_TYPE_F16;
 
     std::vector<ggml_tensor *> k, v;           // per layer; nullptr for DeltaNet layers
     std::vector<ggml_tensor *> k_raw, v_raw;   // per layer; F32 [row_bytes/4, rows] aliases
@@ -55,7 +56,7 @@ constexpr int32_t kKvPad = 256;
 
 // Allocates and zeroes every cache. Throws Error(LB_E_OOM) naming the size that did not fit.
 void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, int32_t max_ctx,
-                ggml_type kv_type, int32_t max_tree);
+                ggml_type type_k, ggml_type type_v, int32_t max_tree);
 
 // Zeroes the recurrent state (conv + ssm): the state of an empty prefix. KV rows need no reset.
 void cache_clear_state(TargetCache & c);

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <memory>
 
 #include "error.hpp"
 
@@ -15,16 +17,46 @@ constexpr int32_t kMaxCtxLimit = 1 << 24;
 constexpr int32_t kMaxTreeLimit = 4096;
 constexpr int32_t kMaxUbatchLimit = 1 << 16;  // tokens per prefill graph; mirrors config.MAX_UBATCH
 
-ggml_type kv_type_from_lb(int32_t t) {
-    switch (t) {
-        case LB_KV_F16: return GGML_TYPE_F16;
-        case LB_KV_Q8_0: return GGML_TYPE_Q8_0;
-        case LB_KV_Q4_0: return GGML_TYPE_Q4_0;
-        case LB_KV_F32: return GGML_TYPE_F32;
-        default:
-            throw Error(LB_E_INVALID_ARG, "kv_type " + std::to_string(t) +
-                                              " is unknown; use LB_KV_F16, LB_KV_Q8_0, LB_KV_Q4_0 or LB_KV_F32");
+// LB_KV_* <-> ggml types, in LB_KV_* order
+constexpr ggml_type kKvTypes[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F32, GGML_TYPE_BF16};
+
+ggml_type kv_type_from_lb(int32_t t, const char * field) {
+    if (t >= 0 && t < int32_t(std::size(kKvTypes))) return kKvTypes[t];
+    throw Error(LB_E_INVALID_ARG, std::string(field) + " " + std::to_string(t) +
+                                      " is unknown; use LB_KV_F16, LB_KV_BF16, LB_KV_Q8_0, LB_KV_Q4_0 or LB_KV_F32");
+}
+
+int32_t kv_type_to_lb(ggml_type t) {
+    return int32_t(std::find(std::begin(kKvTypes), std::end(kKvTypes), t) - std::begin(kKvTypes));
+}
+
+// The pairs the backend's flash attention runs (the target's attention reads K and V there), as
+// "k/v" names. A pair outside them fails at load, naming them, instead of at the first forward.
+void check_kv_types(const lb::Backend & b, const lb::TargetHparams & hp, ggml_type type_k, ggml_type type_v) {
+    // ggml-cuda's batch-invariant attention reads one type for K and V (vendor/patches/0009)
+    check(b.is_cpu() || type_k == type_v, LB_E_UNSUPPORTED,
+          std::string("K cache ") + ggml_type_name(type_k) + " with V cache " + ggml_type_name(type_v) + " is not "
+              "supported on " + b.name() + " yet: give both the same type (f16, q8_0 or q4_0)");
+    ggml_init_params ip = {ggml_tensor_overhead() * 8, nullptr, true};
+    std::unique_ptr<ggml_context, decltype(&ggml_free)> ctx(ggml_init(ip), &ggml_free);
+    const auto runs = [&](ggml_type k, ggml_type v) {
+        const int64_t D = hp.head_dim, n_kv = lb::kKvPad;
+        ggml_tensor * q = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, D, 1, hp.n_head);
+        ggml_tensor * kt = ggml_new_tensor_3d(ctx.get(), k, D, n_kv, hp.n_head_kv);
+        ggml_tensor * vt = ggml_new_tensor_3d(ctx.get(), v, D, n_kv, hp.n_head_kv);
+        ggml_tensor * mask = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F16, n_kv, 1);
+        return ggml_backend_supports_op(b.backend, ggml_flash_attn_ext(ctx.get(), q, kt, vt, mask, 1.0f, 0.0f, 0.0f));
+    };
+    if (hp.n_attn_layers() == 0 || runs(type_k, type_v)) return;
+    std::string pairs;
+    for (ggml_type k : kKvTypes) {
+        for (ggml_type v : kKvTypes) {
+            if ((b.is_cpu() || k == v) && runs(k, v)) pairs += std::string(pairs.empty() ? "" : ", ") + ggml_type_name(k) + "/" + ggml_type_name(v);
+        }
     }
+    throw Error(LB_E_UNSUPPORTED, std::string("K cache ") + ggml_type_name(type_k) + " with V cache " +
+                                      ggml_type_name(type_v) + " has no attention kernel on " + b.name() +
+                                      "; supported K/V pairs: " + (pairs.empty() ? "none" : pairs));
 }
 
 // ggml-cuda kernels are instantiated for these sizes only (and abort on others).
@@ -52,7 +84,8 @@ void lb_engine::load(const lb_params & p) {
     check(p.draft_window >= 0 && p.draft_window <= kMaxCtxLimit, LB_E_INVALID_ARG,
           "draft_window " + std::to_string(p.draft_window) + " is out of range [0, " + std::to_string(kMaxCtxLimit) +
               "] (0: the draft's sliding_window, else " + std::to_string(LB_DRAFT_WINDOW_DEFAULT) + ")");
-    kv_type = kv_type_from_lb(p.kv_type);
+    type_k = kv_type_from_lb(p.type_k, "type_k");
+    type_v = kv_type_from_lb(p.type_v, "type_v");
 
     target_path = p.target_path;
     max_ctx = p.max_ctx;
@@ -65,9 +98,10 @@ void lb_engine::load(const lb_params & p) {
     lb::backend_init(backend, p.device, p.n_threads, p.batch_invariant != 0);
     model = lb::load_target(target_path, backend.backend, backend.is_cpu());
     if (!backend.is_cpu()) check_cuda_shapes(model->hp);
-    lb::cache_init(cache, *model, backend.backend, max_ctx, kv_type, max_tree);
-    lb::log_msg(LB_LOG_INFO, "caches: %.1f MiB (%d KV rows, %s)", double(cache.bytes()) / (1 << 20), cache.rows,
-                ggml_type_name(kv_type));
+    check_kv_types(backend, model->hp, type_k, type_v);
+    lb::cache_init(cache, *model, backend.backend, max_ctx, type_k, type_v, max_tree);
+    lb::log_msg(LB_LOG_INFO, "caches: %.1f MiB (%d KV rows, K %s, V %s)", double(cache.bytes()) / (1 << 20),
+                cache.rows, ggml_type_name(type_k), ggml_type_name(type_v));
     if (p.draft_path != nullptr && p.draft_path[0] != '\0') load_draft(p.draft_path);
 }
 
@@ -131,6 +165,8 @@ lb_model_info lb_engine::info() const {
     out.device = backend.device;
     out.draft_window = draft ? draft->ctx_size() : 0;
     out.n_ctx_train = model->hp.n_ctx_train;
+    out.type_k = kv_type_to_lb(type_k);
+    out.type_v = kv_type_to_lb(type_v);
     return out;
 }
 

@@ -56,7 +56,8 @@ struct lb_engine {
     int32_t ubatch = 0;
     int32_t max_tree = 0;
     int32_t draft_window = 0;  // as asked (lb_params.draft_window); the ring is draft->ctx_size()
-    ggml_type kv_type = GGML_TYPE_F16;
+    ggml_type type_k = GGML_TYPE_F16;
+    ggml_type type_v = GGML_TYPE_F16;
 
     // --- what the engine owns (destroyed in reverse order) ----------------------------------
     lb::Backend backend;

@@ -60,8 +60,15 @@ class Params(ctypes.Structure):
     ]
 
 
+class _Record(ctypes.Structure):
+    """A struct of numbers the library fills in; as_dict() reads it out."""
+
+    def as_dict(self) -> dict:
+        return {name: int(getattr(self, name)) for name, _ in self._fields_}
+
+
 # typedef struct lb_model_info { ... } lb_model_info;
-class ModelInfo(ctypes.Structure):
+class ModelInfo(_Record):
     _fields_ = [
         ("n_vocab", ctypes.c_int32),
         ("n_embd", ctypes.c_int32),
@@ -79,12 +86,9 @@ class ModelInfo(ctypes.Structure):
         ("type_v", ctypes.c_int32),
     ]
 
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name, _ in self._fields_}
-
 
 # typedef struct lb_memory { ... } lb_memory;
-class Memory(ctypes.Structure):
+class Memory(_Record):
     _fields_ = [
         ("weights", ctypes.c_int64),
         ("draft", ctypes.c_int64),
@@ -95,8 +99,15 @@ class Memory(ctypes.Structure):
         ("compute", ctypes.c_int64),
     ]
 
-    def as_dict(self) -> dict:
-        return {name: int(getattr(self, name)) for name, _ in self._fields_}
+
+# typedef struct lb_plan_shape { ... } lb_plan_shape;
+class PlanShape(ctypes.Structure):
+    _fields_ = [
+        ("verify_nodes", ctypes.c_int32),
+        ("draft_top_k", ctypes.c_int32),
+        ("n_candidates", ctypes.c_int32),
+        ("penalty_slots", ctypes.c_int32),
+    ]
 
 
 # typedef struct lb_sampling { ... } lb_sampling;
@@ -130,10 +141,14 @@ _PROTOTYPES = [
     ("lb_last_error", ctypes.c_char_p, []),
     # int32_t lb_device_count(void);
     ("lb_device_count", ctypes.c_int32, []),
+    # int32_t lb_device_memory(int32_t device, int64_t * free_bytes, int64_t * total_bytes);
+    ("lb_device_memory", ctypes.c_int32, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
     # void lb_params_default(lb_params * p);
     ("lb_params_default", None, [ctypes.POINTER(Params)]),
     # int32_t lb_load(const lb_params * p, lb_engine ** out);
     ("lb_load", ctypes.c_int32, [ctypes.POINTER(Params), ctypes.POINTER(_engine_p)]),
+    # int32_t lb_memory_plan(const lb_params * p, const lb_plan_shape * s, lb_memory * out);
+    ("lb_memory_plan", ctypes.c_int32, [ctypes.POINTER(Params), ctypes.POINTER(PlanShape), ctypes.POINTER(Memory)]),
     # int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out);
     ("lb_model_info_get", ctypes.c_int32, [_engine_p, ctypes.POINTER(ModelInfo)]),
     # int32_t lb_memory_get(const lb_engine * e, lb_memory * out);
@@ -255,6 +270,50 @@ def _i32_param(name: str, value) -> int:
     return int(value)
 
 
+def _params(target_path, draft_path=None, *, max_ctx=4096, kv_type="f16", device=-1, n_threads=0, ubatch=512,
+            max_tree=64, log_level="error", batch_invariant=True, draft_window=0, type_k=None, type_v=None) -> Params:
+    """An lb_params from lb_params_default and these values (the paths' bytes live as long as it does)."""
+    type_k, type_v = type_k or kv_type, type_v or kv_type
+    for name, value in (("type_k", type_k), ("type_v", type_v)):
+        if value not in KV_TYPES:
+            raise ValueError(f"{name} must be one of {', '.join(KV_TYPES)}; got {value!r}")
+    if isinstance(log_level, str) and log_level not in LOG_LEVELS:
+        raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {log_level!r}")
+    params = Params()
+    lib().lb_params_default(ctypes.byref(params))
+    params._paths = (os.fsencode(str(target_path)), os.fsencode(str(draft_path)) if draft_path else None)
+    params.target_path, params.draft_path = params._paths
+    params.max_ctx = _i32_param("max_ctx", max_ctx)
+    params.type_k = KV_TYPES[type_k]
+    params.type_v = KV_TYPES[type_v]
+    params.device = _i32_param("device", device)
+    params.n_threads = _i32_param("n_threads", n_threads)
+    params.ubatch = _i32_param("ubatch", ubatch)
+    params.max_tree = _i32_param("max_tree", max_tree)
+    params.log_level = LOG_LEVELS[log_level] if isinstance(log_level, str) else _i32_param("log_level", log_level)
+    params.batch_invariant = int(bool(batch_invariant))
+    params.draft_window = _i32_param("draft_window", draft_window)
+    return params
+
+
+def memory_plan(target_path, draft_path=None, *, verify_nodes: int, draft_top_k: int, n_candidates: int = 0,
+                penalty_slots: int = 0, **params) -> dict:
+    """What lb_load would hold at most, by part (lb_memory_plan); `params` as Handle's."""
+    shape = PlanShape(_i32_param("verify_nodes", verify_nodes), _i32_param("draft_top_k", draft_top_k),
+                      _i32_param("n_candidates", n_candidates), _i32_param("penalty_slots", penalty_slots))
+    out = Memory()
+    p = _params(target_path, draft_path, **params)
+    _check(lib().lb_memory_plan(ctypes.byref(p), ctypes.byref(shape), ctypes.byref(out)))
+    return out.as_dict()
+
+
+def device_memory(device: int) -> tuple[int, int]:
+    """(free, total) bytes of a device (-1: the host, whose memory ggml counts as all free)."""
+    free, total = ctypes.c_int64(), ctypes.c_int64()
+    _check(lib().lb_device_memory(_i32_param("device", device), ctypes.byref(free), ctypes.byref(total)))
+    return free.value, total.value
+
+
 class Handle:
     """Owns one lb_engine. Low level: arrays in, arrays out; `lucebox.Engine` builds on it.
 
@@ -268,29 +327,9 @@ class Handle:
                  type_k=None, type_v=None):
         """kv_type: the K and V cache type; type_k / type_v (llama.cpp's names) override one side."""
         L = lib()
-        type_k, type_v = type_k or kv_type, type_v or kv_type
-        for name, value in (("type_k", type_k), ("type_v", type_v)):
-            if value not in KV_TYPES:
-                raise ValueError(f"{name} must be one of {', '.join(KV_TYPES)}; got {value!r}")
-        if isinstance(log_level, str) and log_level not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {log_level!r}")
-        params = Params()
-        L.lb_params_default(ctypes.byref(params))
-        # keep the encoded paths alive for the duration of lb_load
-        self._target_b = os.fsencode(str(target_path))
-        self._draft_b = os.fsencode(str(draft_path)) if draft_path else None
-        params.target_path = self._target_b
-        params.draft_path = self._draft_b
-        params.max_ctx = _i32_param("max_ctx", max_ctx)
-        params.type_k = KV_TYPES[type_k]
-        params.type_v = KV_TYPES[type_v]
-        params.device = _i32_param("device", device)
-        params.n_threads = _i32_param("n_threads", n_threads)
-        params.ubatch = _i32_param("ubatch", ubatch)
-        params.max_tree = _i32_param("max_tree", max_tree)
-        params.log_level = LOG_LEVELS[log_level] if isinstance(log_level, str) else _i32_param("log_level", log_level)
-        params.batch_invariant = int(bool(batch_invariant))
-        params.draft_window = _i32_param("draft_window", draft_window)
+        params = _params(target_path, draft_path, max_ctx=max_ctx, kv_type=kv_type, device=device,
+                         n_threads=n_threads, ubatch=ubatch, max_tree=max_tree, log_level=log_level,
+                         batch_invariant=batch_invariant, draft_window=draft_window, type_k=type_k, type_v=type_v)
         out = _engine_p()
         _check(L.lb_load(ctypes.byref(params), ctypes.byref(out)))
         self._ptr = out

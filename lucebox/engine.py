@@ -17,6 +17,7 @@ from typing import Iterator, Sequence
 import numpy as np
 
 from ._native import Handle, device_count
+from . import memory_plan as planner
 from .config import EngineConfig, GenerationConfig, device_index
 from .decode import Step
 from .sampling import Sampler
@@ -67,10 +68,12 @@ class Engine:
             if target is None:
                 raise ValueError("Engine needs a target GGUF path (or config=EngineConfig(...))")
             config = EngineConfig(target=target, draft=draft, **options)
-        self.config = config
         if not config.target.is_file():
             raise FileNotFoundError(f"target GGUF not found: {config.target}")
         device = device_index(config.device, cuda_count=device_count())
+        # concrete max_ctx, KV types and ubatch, from the memory plan when there is a budget
+        config, self.memory_plan = planner.resolve(config, device)
+        self.config = config
         self._handle = Handle(config.target, config.draft, max_ctx=config.max_ctx, type_k=config.type_k,
                               type_v=config.type_v, device=device, n_threads=config.n_threads, ubatch=config.ubatch,
                               max_tree=config.max_tree, log_level=config.log_level,
@@ -181,9 +184,9 @@ class Engine:
                              f"got {kind}") from None
         return [int(t) for t in prompt]
 
-    def _prefill(self, ids: list[int], stats: GenerationStats, sampler=None) -> int:
+    def _prefill(self, ids: list[int], stats: GenerationStats, sampler=None, progress=None) -> int:
         """Bring the caches to `ids`, reusing the cached prefix; return the next token (the argmax,
-        or with a sampler the token drawn at position len(ids))."""
+        or with a sampler the token drawn at position len(ids)). progress: see prefill()."""
         if not ids:
             raise ValueError("prompt is empty")
         n_cached = len(self._cache_tokens)
@@ -196,28 +199,47 @@ class Engine:
             # the draw needs the last prompt token's row, which no cache keeps: feed the prompt again
             self.reset()
             n_cached = 0
-        new = ids[n_cached:]
+        new = np.asarray(ids[n_cached:], np.int32)
         t0 = time.perf_counter()
         first = self._pending
-        if new and sampler is None:
-            self._pending = first = self._h().prefill(np.asarray(new, np.int32))
-        elif new:
+        if progress is not None and new.size:
+            new = self._feed_in_chunks(new, progress)
+        if new.size and sampler is None:
+            self._pending = first = self._h().prefill(new)
+        elif new.size:
             sampler.set_window(0, ids)
-            self._pending = self._h().prefill_sampled(np.asarray(new, np.int32), sampler.io)
+            self._pending = self._h().prefill_sampled(new, sampler.io)
             first = sampler.pick(0, len(ids), self._h().processed_row)
-        if new:
+        if progress is not None and len(ids) > n_cached:
+            progress(len(ids) - n_cached, len(ids) - n_cached)
+        if len(ids) > n_cached:
             self._cache_tokens = list(ids)
         stats.prefill_s = time.perf_counter() - t0
-        stats.prompt_tokens = len(new)
+        stats.prompt_tokens = len(ids) - n_cached
         return first
 
-    def prefill(self, prompt) -> int:
+    def _feed_in_chunks(self, new: np.ndarray, progress) -> np.ndarray:
+        """Prefill all but the last micro-batch of `new` one micro-batch per call, calling
+        progress(done, total) before each; returns the rest. The chunks are the native prefill's own
+        micro-batches (config.ubatch), and batch invariance makes any split give the same bits."""
+        chunk, total = self.config.ubatch, new.size
+        done = 0
+        while total - done > chunk:
+            progress(done, total)
+            self._h().prefill(new[done:done + chunk])
+            done += chunk
+        progress(done, total)
+        return new[done:]
+
+    def prefill(self, prompt, progress=None) -> int:
         """Bring the caches to `prompt` (reusing the cached prefix); returns the next token.
-        A generate() on the same prompt afterwards prefills nothing."""
+        A generate() on the same prompt afterwards prefills nothing. progress: None, or a callable
+        progress(done, total) called with the prompt tokens fed so far (of those not cached), once per
+        micro-batch (config.ubatch tokens) and at the end."""
         ids = self.encode_prompt(prompt)
         with self.lock:
             self._epoch += 1  # a paused stream must not continue from these caches
-            return self._transaction(self._prefill, ids, GenerationStats(mode="ar"))
+            return self._transaction(self._prefill, ids, GenerationStats(mode="ar"), None, progress)
 
     @property
     def cached_tokens(self) -> tuple[int, ...]:
@@ -264,9 +286,10 @@ class Engine:
                 pass
             return self._last_generation
 
-    def stream(self, prompt, max_new_tokens: int = 256, *, drafter: Drafter | None = None,
+    def stream(self, prompt, max_new_tokens: int = 256, *, drafter: Drafter | None = None, progress=None,
                **options) -> Iterator[str]:
-        """Yield text as tokens commit. The finished Generation is in `last_generation`."""
+        """Yield text as tokens commit. The finished Generation is in `last_generation`.
+        progress: the prompt's prefill progress callback (see prefill())."""
         gen = GenerationConfig(max_new_tokens=max_new_tokens, **options)
         mode = gen.mode
         drafter = drafter or self._drafter
@@ -290,7 +313,7 @@ class Engine:
         text = ""
         finish = "length"
         with self.lock:
-            last = self._transaction(self._prefill, ids, stats, sampler)
+            last = self._transaction(self._prefill, ids, stats, sampler, progress)
             self._epoch += 1  # after _prefill, whose reset() bumps it too: this stream owns the engine now
             epoch = self._epoch
         t_start = time.perf_counter()

@@ -82,7 +82,7 @@ def test_kv_sets_both_and_sides_override(tiny_pair):
 def test_cli_cache_types(tiny_pair):
     types = ["-ctk", "q8_0", "-ctv", "q4_0"] if DEVICE == "cpu" else ["--cache-type-k", "q8_0", "--kv", "q8_0"]
     args = ["run", "-p", "Hello", "-n", "12", *types, "--target", str(tiny_pair[0]), "--draft", str(tiny_pair[1]),
-            "--device", DEVICE]
+            "--device", DEVICE, "--threads", "1"]
     ar, tree = (CliRunner().invoke(main, args + ["--mode", mode]) for mode in ("ar", "ddtree"))
     assert ar.exit_code == 0 and tree.exit_code == 0, tree.output
     assert tree.stdout == ar.stdout

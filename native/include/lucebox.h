@@ -119,6 +119,14 @@ typedef struct lb_memory {
     int64_t compute;           /* graph compute buffers (prefill, step, verify, commit, draft)     */
 } lb_memory;
 
+/* The largest calls lb_memory_plan sizes the compute buffers for. */
+typedef struct lb_plan_shape {
+    int32_t verify_nodes;      /* nodes of the largest lb_verify tree (budget + 1), <= max_tree    */
+    int32_t draft_top_k;       /* lb_draft's top_k                                                 */
+    int32_t n_candidates;      /* sampled calls' lb_sampling.n_candidates; 0: greedy calls only    */
+    int32_t penalty_slots;     /* sampled calls' lb_sampling.penalty_slots                         */
+} lb_plan_shape;
+
 /*
  * Sampling tail of lb_prefill_sampled / lb_verify_sampled: for each output row the target's
  * logits are processed on the device and reduced to what an exact draw needs (no full row leaves):
@@ -156,12 +164,28 @@ LB_API const char * lb_last_error(void);
 /* Number of CUDA devices this build can use (0 in a CPU-only build). Never fails. */
 LB_API int32_t lb_device_count(void);
 
+/* Memory of `device` (-1: the host) as ggml reports it: free and total bytes. ggml counts all of
+   the host's physical memory as free; on CUDA, free is what the driver has left now. */
+LB_API int32_t lb_device_memory(int32_t device, int64_t * free_bytes, int64_t * total_bytes);
+
 /* Fill *p with defaults (max_ctx 4096, f16 KV, CPU, all threads, ubatch 512, max_tree 64, invariant,
    draft_window 0 = from the draft's config). */
 LB_API void lb_params_default(lb_params * p);
 
 /* Load the target (and draft, if p->draft_path) and allocate caches. *out is set on success. */
 LB_API int32_t lb_load(const lb_params * p, lb_engine ** out);
+
+/*
+ * What lb_load(p) would hold at most, by part, without loading anything: the GGUF's metadata and
+ * the draft's config.json and safetensors headers are read and checked as lb_load does (same
+ * errors); the same tensors are laid out, and the same graphs sized, for p->max_ctx KV rows: a
+ * prefill micro-batch of p->ubatch tokens, the AR step and a verify of s->verify_nodes nodes (each
+ * with and without the sampling tail), every commit up to the draft's block size, the draft's
+ * largest append and its proposal over a full ring. An engine holds this once each kind of call
+ * has run at full depth. Not counted: what a backend allocates outside ggml's buffers (the CUDA
+ * context, cuBLAS workspace, kernel scratch pools) and host memory of the calling process.
+ */
+LB_API int32_t lb_memory_plan(const lb_params * p, const lb_plan_shape * s, lb_memory * out);
 
 /* Sizes and current position. */
 LB_API int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out);

@@ -58,6 +58,13 @@ ggml_backend_buffer_t alloc_tensors_or_throw(ggml_context * ctx, ggml_backend_t 
 void alloc_graph_or_throw(ggml_gallocr_t galloc, ggml_cgraph * gf, ggml_backend_t backend, const std::string & what,
                           const std::string & fix);
 
+// Memory planning. mark_placed: gives every tensor of ctx that has no memory a stand-in address, so
+// a graph allocator treats it as placed elsewhere (weights, caches) and sizes only the graph's own
+// tensors; the address is never read (plan_graph_bytes plans offsets only). plan_graph_bytes: the
+// compute buffer ggml_gallocr would allocate for gf in buffers of `buft`.
+void mark_placed(ggml_context * ctx);
+size_t plan_graph_bytes(ggml_cgraph * gf, ggml_backend_buffer_type_t buft);
+
 // Throws Error(LB_E_UNSUPPORTED) naming the first node the backend cannot run.
 void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * what);
 

@@ -55,9 +55,8 @@ size_t TargetCache::bytes() const {
     return n;
 }
 
-void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, int32_t max_ctx, ggml_type type_k,
-                ggml_type type_v, int32_t max_tree) {
-    const TargetHparams & hp = m.hp;
+void cache_layout(TargetCache & c, const TargetHparams & hp, int32_t max_ctx, ggml_type type_k, ggml_type type_v,
+                  int32_t max_tree) {
     c.rows = (max_ctx + kKvPad - 1) / kKvPad * kKvPad;
     c.max_tree = max_tree;
     c.type_k = type_k;
@@ -80,49 +79,53 @@ void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, 
     c.ctx = ggml_init(ip);
     ggml_init_params ipa = {ggml_tensor_overhead() * n_layer * 2 + 1024, nullptr, true};
     c.alias_ctx = ggml_init(ipa);
-    check(c.ctx && c.alias_ctx, LB_E_OOM, "cannot create the cache contexts");
-
     ggml_init_params ip_state = {ggml_tensor_overhead() * n_layer * 2 + 1024, nullptr, true};
     ggml_init_params ip_tree = {ggml_tensor_overhead() * n_layer * 3 + 1024, nullptr, true};
     c.state_ctx = ggml_init(ip_state);
     c.tree_ctx = ggml_init(ip_tree);
-    ggml_context * ctx_state = c.state_ctx;
-    ggml_context * ctx_tree = c.tree_ctx;
-    check(ctx_state && ctx_tree, LB_E_OOM, "cannot create the cache contexts");
+    check(c.ctx && c.alias_ctx && c.state_ctx && c.tree_ctx, LB_E_OOM, "cannot create the cache contexts");
 
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         const std::string s = std::to_string(il);
         if (!hp.recurrent[size_t(il)]) {
-            c.k[size_t(il)] = new_padded_rows(c.ctx, type_k, kv_row, c.rows);
-            c.v[size_t(il)] = new_padded_rows(c.ctx, type_v, kv_row, c.rows);
-            ggml_set_name(c.k[size_t(il)], ("cache_k." + s).c_str());
-            ggml_set_name(c.v[size_t(il)], ("cache_v." + s).c_str());
+            ggml_tensor * k = c.k[size_t(il)] = new_padded_rows(c.ctx, type_k, kv_row, c.rows);
+            ggml_tensor * v = c.v[size_t(il)] = new_padded_rows(c.ctx, type_v, kv_row, c.rows);
+            ggml_set_name(k, ("cache_k." + s).c_str());
+            ggml_set_name(v, ("cache_v." + s).c_str());
+            // F32 views of the same rows (placed onto them by cache_alloc): commit moves rows through these
+            c.k_raw[size_t(il)] = ggml_new_tensor_2d(c.alias_ctx, GGML_TYPE_F32, int64_t(k->nb[1] / 4), c.rows);
+            c.v_raw[size_t(il)] = ggml_new_tensor_2d(c.alias_ctx, GGML_TYPE_F32, int64_t(v->nb[1] / 4), c.rows);
         } else {
             const int64_t C = hp.conv_channels(), S = hp.head_v_dim, H = hp.n_v_heads;
-            c.conv[size_t(il)] = ggml_new_tensor_2d(ctx_state, GGML_TYPE_F32, hp.d_conv - 1, C);
-            c.ssm[size_t(il)] = ggml_new_tensor_3d(ctx_state, GGML_TYPE_F32, S, S, H);
-            c.tree_qkv[size_t(il)] = ggml_new_tensor_2d(ctx_tree, GGML_TYPE_F32, C, max_tree);
-            c.tree_g[size_t(il)] = ggml_new_tensor_2d(ctx_tree, GGML_TYPE_F32, H, max_tree);
-            c.tree_beta[size_t(il)] = ggml_new_tensor_2d(ctx_tree, GGML_TYPE_F32, H, max_tree);
+            c.conv[size_t(il)] = ggml_new_tensor_2d(c.state_ctx, GGML_TYPE_F32, hp.d_conv - 1, C);
+            c.ssm[size_t(il)] = ggml_new_tensor_3d(c.state_ctx, GGML_TYPE_F32, S, S, H);
+            c.tree_qkv[size_t(il)] = ggml_new_tensor_2d(c.tree_ctx, GGML_TYPE_F32, C, max_tree);
+            c.tree_g[size_t(il)] = ggml_new_tensor_2d(c.tree_ctx, GGML_TYPE_F32, H, max_tree);
+            c.tree_beta[size_t(il)] = ggml_new_tensor_2d(c.tree_ctx, GGML_TYPE_F32, H, max_tree);
             ggml_set_name(c.conv[size_t(il)], ("cache_conv." + s).c_str());
             ggml_set_name(c.ssm[size_t(il)], ("cache_ssm." + s).c_str());
         }
     }
-    if (hp.n_attn_layers() > 0) c.kv_buf = alloc_or_throw(c.ctx, backend, "KV cache");
-    if (hp.n_recurrent_layers() > 0) {
-        c.state_buf = alloc_or_throw(ctx_state, backend, "DeltaNet state");
-        c.tree_buf = alloc_or_throw(ctx_tree, backend, "tree verify scratch");
-    }
+}
 
-    for (int32_t il = 0; il < hp.n_layer; ++il) {
-        for (int kv = 0; kv < 2; ++kv) {
-            ggml_tensor * t = kv ? c.v[size_t(il)] : c.k[size_t(il)];
-            if (!t) continue;
-            ggml_tensor * raw = ggml_new_tensor_2d(c.alias_ctx, GGML_TYPE_F32, int64_t(t->nb[1] / 4), c.rows);
-            ggml_backend_tensor_alloc(c.kv_buf, raw, t->data);
-            (kv ? c.v_raw : c.k_raw)[size_t(il)] = raw;
-        }
+void cache_alloc(TargetCache & c, ggml_backend_t backend) {
+    if (ggml_get_first_tensor(c.ctx)) c.kv_buf = alloc_or_throw(c.ctx, backend, "KV cache");
+    if (ggml_get_first_tensor(c.state_ctx)) {
+        c.state_buf = alloc_or_throw(c.state_ctx, backend, "DeltaNet state");
+        c.tree_buf = alloc_or_throw(c.tree_ctx, backend, "tree verify scratch");
     }
+    for (size_t il = 0; il < c.k.size(); ++il) {
+        if (!c.k[il]) continue;
+        ggml_backend_tensor_alloc(c.kv_buf, c.k_raw[il], c.k[il]->data);
+        ggml_backend_tensor_alloc(c.kv_buf, c.v_raw[il], c.v[il]->data);
+    }
+}
+
+CacheBytes cache_plan_bytes(const TargetCache & c, ggml_backend_buffer_type_t buft) {
+    const auto bytes = [&](ggml_context * ctx) {
+        return ctx && ggml_get_first_tensor(ctx) ? ggml_backend_alloc_ctx_tensors_from_buft_size(ctx, buft) : 0;
+    };
+    return {bytes(c.ctx), bytes(c.state_ctx), bytes(c.tree_ctx), bytes(c.capture_ctx)};
 }
 
 void cache_clear_state(TargetCache & c) {
@@ -147,7 +150,7 @@ void cache_set_capture(TargetCache & c, ggml_backend_t backend, int32_t n_embd, 
         ggml_set_name(t, ("capture." + std::to_string(layers[j])).c_str());
         c.capture.push_back(t);
     }
-    c.capture_buf = alloc_or_throw(c.capture_ctx, backend, "captured features");
+    if (backend) c.capture_buf = alloc_or_throw(c.capture_ctx, backend, "captured features");
 }
 
 }  // namespace lb

@@ -54,14 +54,24 @@ struct TargetCache {
 // KV rows are read in multiples of this (keeps graph shapes, hence CUDA graphs, stable).
 constexpr int32_t kKvPad = 256;
 
-// Allocates and zeroes every cache. Throws Error(LB_E_OOM) naming the size that did not fit.
-void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, int32_t max_ctx,
-                ggml_type type_k, ggml_type type_v, int32_t max_tree);
+// Lays out every cache's tensors (no memory yet): what cache_alloc places, and what the memory
+// planner sizes (cache_plan_bytes). Throws Error(LB_E_UNSUPPORTED) for a KV type the head size rules out.
+void cache_layout(TargetCache & c, const TargetHparams & hp, int32_t max_ctx, ggml_type type_k, ggml_type type_v,
+                  int32_t max_tree);
+// Allocates and zeroes the laid-out caches. Throws Error(LB_E_OOM) naming the size that did not fit.
+void cache_alloc(TargetCache & c, ggml_backend_t backend);
+
+// Bytes the laid-out caches take in buffers of `buft` (what cache_alloc and cache_set_capture allocate).
+struct CacheBytes {
+    size_t kv = 0, state = 0, tree = 0, capture = 0;
+};
+CacheBytes cache_plan_bytes(const TargetCache & c, ggml_backend_buffer_type_t buft);
 
 // Zeroes the recurrent state (conv + ssm): the state of an empty prefix. KV rows need no reset.
 void cache_clear_state(TargetCache & c);
 
-// (Re)allocates the capture tensors for `layers` (0-based target layers), `rows` columns each.
+// (Re)creates the capture tensors for `layers` (0-based target layers), `rows` columns each, and
+// allocates them on `backend` (nullptr: lays them out only, for the memory planner).
 void cache_set_capture(TargetCache & c, ggml_backend_t backend, int32_t n_embd, const std::vector<int32_t> & layers,
                        int32_t rows);
 

@@ -41,6 +41,9 @@ namespace lb {
 // fast paths when the key count is a multiple of this.
 inline int32_t draft_pad_rows(int32_t n) { return (n + 255) / 256 * 256; }
 
+// Tokens per append graph: bounds the fc input (n_feat floats per token) for long prefills.
+constexpr int32_t kAppendChunk = 256;
+
 // Borrowed from the target; must outlive the DraftModel and live where `backend` can read it.
 struct DraftTarget {
     ggml_tensor * tok_embd = nullptr;  // [n_embd, n_vocab], any type ggml_get_rows takes
@@ -61,12 +64,32 @@ struct DraftOptions {
     enum class Attention { automatic, flash, plain } attention = Attention::automatic;
 };
 
+// The k best entries of each row of logits [n, R] (unordered) and their log-softmax, as
+// (logit - max) - log(sum(exp(logit - max))): finite for every entry. The row maximum is the best
+// of the k picks. (ggml-cuda selects k <= 32 in one pass over the row: vendor/patches/0007.)
+struct TopKLogProbs {
+    ggml_tensor * ids;   // [k, R] i32, unordered
+    ggml_tensor * logp;  // [k, R] f32
+};
+TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t k);
+
+// What a loaded draft holds, in bytes of one buffer type (DraftModel::plan).
+struct DraftMemory {
+    size_t weights = 0, cache = 0, compute = 0;
+};
+
 class DraftModel {
 public:
     // Loads config + weights, checks them against the target, allocates the context cache.
     // Throws Error (LB_E_IO / FORMAT / UNSUPPORTED / MISMATCH / OOM / INVALID_ARG).
     static std::unique_ptr<DraftModel> load(const std::string & dir, ggml_backend_t backend,
                                             const DraftTarget & target, const DraftOptions & opt);
+    // What load() on `dev` would hold, without memory: weights, context cache, and the compute
+    // buffer once the largest append (max_append tokens of `feats`, the target's capture tensors,
+    // which may be unplaced) and a propose over a full ring with top_k candidates have run.
+    static DraftMemory plan(const std::string & dir, ggml_backend_dev_t dev, const DraftTarget & target,
+                            const DraftOptions & opt, const std::vector<ggml_tensor *> & feats, int32_t max_append,
+                            int32_t top_k);
     ~DraftModel();
     DraftModel(const DraftModel &) = delete;
     DraftModel & operator=(const DraftModel &) = delete;
@@ -112,6 +135,20 @@ private:
         ~Graph() { ggml_free(ctx); }
     };
     size_t graph_nodes() const { return 1024 + size_t(cfg_.n_layer) * 64; }
+    // a graph's inputs (set per call) and outputs
+    struct AppendInputs {
+        ggml_tensor * pos = nullptr, * slots = nullptr, * host = nullptr, * rows = nullptr;
+    };
+    struct ProposeInputs {
+        ggml_tensor * toks = nullptr, * pos = nullptr, * slots = nullptr;
+        std::vector<ggml_tensor *> masks;  // one per distinct layer kind
+        std::vector<DraftLayerAttn> kinds;
+        TopKLogProbs top;
+    };
+    static std::unique_ptr<DraftModel> layout(const std::string & dir, ggml_backend_dev_t dev,
+                                              const DraftTarget & target, const DraftOptions & opt);
+    void build_append(Graph & g, const std::vector<ggml_tensor *> * feats, int32_t n, AppendInputs & in) const;
+    void build_propose(Graph & g, int32_t n_kv, int32_t top_k, ProposeInputs & in) const;
     void append_chunk(const std::vector<ggml_tensor *> * feats, const int32_t * rows, const float * host,
                       int32_t n);
     ggml_tensor * project_context(ggml_context * ctx, ggml_tensor * feat_cat) const;
@@ -119,7 +156,7 @@ private:
     void compute(ggml_cgraph * gf, const char * what);
     ggml_tensor * attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * K, ggml_tensor * V, ggml_tensor * mask,
                             float scale) const;
-    bool flash_supported() const;
+    bool flash_supported(ggml_backend_dev_t dev) const;
     void fill_mask(const DraftLayerAttn & kind, int32_t n_valid, int32_t n_kv, int32_t B, ggml_fp16_t * out) const;
 
     DraftConfig cfg_;
@@ -143,14 +180,4 @@ private:
     // first node's address, so append and propose must not share one.
     std::vector<uint8_t> meta_append_, meta_propose_;
 };
-
-// The k best entries of each row of logits [n, R] (unordered) and their log-softmax, as
-// (logit - max) - log(sum(exp(logit - max))): finite for every entry. The row maximum is the best
-// of the k picks. (ggml-cuda selects k <= 32 in one pass over the row: vendor/patches/0007.)
-struct TopKLogProbs {
-    ggml_tensor * ids;   // [k, R] i32, unordered
-    ggml_tensor * logp;  // [k, R] f32
-};
-TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t k);
-
 }  // namespace lb

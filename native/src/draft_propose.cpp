@@ -82,43 +82,32 @@ void DraftModel::fill_mask(const DraftLayerAttn & kind, int32_t n_valid, int32_t
 // ---------------------------------------------------------------------------------------------
 // propose: block -> draft layers -> target output matrix -> top-k log-probs
 
-void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * logp) {
+// The block [last, MASK x (B-1)] over n_kv cache rows (live context, then the block's own rows).
+void DraftModel::build_propose(Graph & g, int32_t n_kv, int32_t top_k, ProposeInputs & in) const {
     const DraftConfig & c = cfg_;
     const int32_t B = c.block_size;
-    if (top_k < 1 || top_k > n_vocab_) {
-        throw Error(LB_E_INVALID_ARG, "draft: top_k = " + std::to_string(top_k) + " must be in [1, n_vocab = " +
-                                               std::to_string(n_vocab_) + "]");
-    }
-    if (last < 0 || last >= n_vocab_) throw Error(LB_E_INVALID_ARG, "draft: token id " + std::to_string(last) + " out of range");
-    if (!ids || !logp) throw Error(LB_E_INVALID_ARG, "draft: null output buffer");
-
-    const int32_t n_valid = std::min(n_past_, ctx_size_);  // live context rows: slots 0..n_valid-1
-    const int32_t n_kv = std::min(draft_pad_rows(n_valid + B), rows_);
-    Graph g(meta_propose_, graph_nodes());
     ggml_context * ctx = g.ctx;
 
-    ggml_tensor * toks = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
-    ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
-    ggml_tensor * slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, B);
-    ggml_set_input(toks);
-    ggml_set_input(pos);
-    ggml_set_input(slots);
+    in.toks = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
+    in.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
+    in.slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, B);
+    ggml_set_input(in.toks);
+    ggml_set_input(in.pos);
+    ggml_set_input(in.slots);
     // One mask per distinct (causal, window) kind; the 3.6 draft has two, the 3.5 draft one.
     std::vector<int32_t> kind_of(static_cast<size_t>(c.n_layer));
-    std::vector<ggml_tensor *> masks;
-    std::vector<DraftLayerAttn> kinds;
     for (int32_t l = 0; l < c.n_layer; ++l) {
         size_t k = 0;
-        while (k < kinds.size() && !same_kind(kinds[k], c.attn[l])) ++k;
-        if (k == kinds.size()) {
-            kinds.push_back(c.attn[l]);
-            masks.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, B));
-            ggml_set_input(masks.back());
+        while (k < in.kinds.size() && !same_kind(in.kinds[k], c.attn[l])) ++k;
+        if (k == in.kinds.size()) {
+            in.kinds.push_back(c.attn[l]);
+            in.masks.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, B));
+            ggml_set_input(in.masks.back());
         }
         kind_of[l] = int32_t(k);
     }
 
-    ggml_tensor * x = ggml_get_rows(ctx, target_.tok_embd, toks);  // [n_embd, B]
+    ggml_tensor * x = ggml_get_rows(ctx, target_.tok_embd, in.toks);  // [n_embd, B]
     if (c.input_embedding_scale != 1.0f) x = ggml_scale(ctx, x, c.input_embedding_scale);
     const int64_t kv_dim = int64_t(c.head_dim) * c.n_head_kv;
     const size_t row_k = ggml_row_size(k_cache_[0]->type, kv_dim);
@@ -134,20 +123,20 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
         const size_t hd = ggml_row_size(q->type, c.head_dim);
         q = rms(ctx, ggml_view_3d(ctx, q, c.head_dim, c.n_head, B, hd, q->nb[1], 0), L.q_norm);
         k = rms(ctx, ggml_view_3d(ctx, k, c.head_dim, c.n_head_kv, B, hd, k->nb[1], 0), L.k_norm);
-        q = ggml_rope_ext(ctx, q, pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
+        q = ggml_rope_ext(ctx, q, in.pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
                           0.0f, 1.0f, 0.0f, 0.0f);
-        k = ggml_rope_ext(ctx, k, pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
+        k = ggml_rope_ext(ctx, k, in.pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
                           0.0f, 1.0f, 0.0f, 0.0f);
         // The block's K/V go into the rows after the live context; viewing the set_rows result
         // (not the cache tensor) makes the attention depend on the write.
-        ggml_tensor * kc = ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, B), slots);
-        ggml_tensor * vc = ggml_set_rows(ctx, v_cache_[l], v, slots);
+        ggml_tensor * kc = ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, B), in.slots);
+        ggml_tensor * vc = ggml_set_rows(ctx, v_cache_[l], v, in.slots);
         ggml_tensor * K = ggml_view_3d(ctx, kc, c.head_dim, c.n_head_kv, n_kv, ggml_row_size(kc->type, c.head_dim), row_k, 0);
         ggml_tensor * V = ggml_view_3d(ctx, vc, c.head_dim, c.n_head_kv, n_kv, ggml_row_size(vc->type, c.head_dim), row_k, 0);
         K = ggml_permute(ctx, K, 0, 2, 1, 3);  // [head_dim, n_kv, n_head_kv]
         V = ggml_permute(ctx, V, 0, 2, 1, 3);
         q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [head_dim, B, n_head]
-        ggml_tensor * a = attention(ctx, q, K, V, masks[size_t(kind_of[l])], scale);  // [head_dim*n_head, B]
+        ggml_tensor * a = attention(ctx, q, K, V, in.masks[size_t(kind_of[l])], scale);  // [head_dim*n_head, B]
         a = matmul(ctx, L.wo, a);
         if (L.bo) a = ggml_add(ctx, a, L.bo);
         x = ggml_add(ctx, x, a);
@@ -164,11 +153,28 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     if (c.logit_softcap > 0.0f) {
         logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / c.logit_softcap)), c.logit_softcap);
     }
-    const TopKLogProbs top = top_k_log_softmax(ctx, logits, top_k);  // [K, B-1] each
-    ggml_set_output(top.ids);
-    ggml_set_output(top.logp);
-    ggml_build_forward_expand(g.gf, top.ids);
-    ggml_build_forward_expand(g.gf, top.logp);
+    in.top = top_k_log_softmax(ctx, logits, top_k);  // [K, B-1] each
+    ggml_set_output(in.top.ids);
+    ggml_set_output(in.top.logp);
+    ggml_build_forward_expand(g.gf, in.top.ids);
+    ggml_build_forward_expand(g.gf, in.top.logp);
+}
+
+void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * logp) {
+    const DraftConfig & c = cfg_;
+    const int32_t B = c.block_size;
+    if (top_k < 1 || top_k > n_vocab_) {
+        throw Error(LB_E_INVALID_ARG, "draft: top_k = " + std::to_string(top_k) + " must be in [1, n_vocab = " +
+                                               std::to_string(n_vocab_) + "]");
+    }
+    if (last < 0 || last >= n_vocab_) throw Error(LB_E_INVALID_ARG, "draft: token id " + std::to_string(last) + " out of range");
+    if (!ids || !logp) throw Error(LB_E_INVALID_ARG, "draft: null output buffer");
+
+    const int32_t n_valid = std::min(n_past_, ctx_size_);  // live context rows: slots 0..n_valid-1
+    const int32_t n_kv = std::min(draft_pad_rows(n_valid + B), rows_);
+    Graph g(meta_propose_, graph_nodes());
+    ProposeInputs in;
+    build_propose(g, n_kv, top_k, in);
     alloc_graph_or_throw(galloc_, g.gf, backend_, "draft graph", "lower the draft top_k");
 
     std::vector<int32_t> tok_v(static_cast<size_t>(B), c.mask_token_id), pos_v(static_cast<size_t>(B));
@@ -178,13 +184,13 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
         pos_v[i] = n_past_ + i;
         slot_v[i] = n_valid + i;
     }
-    ggml_backend_tensor_set(toks, tok_v.data(), 0, ggml_nbytes(toks));
-    ggml_backend_tensor_set(pos, pos_v.data(), 0, ggml_nbytes(pos));
-    ggml_backend_tensor_set(slots, slot_v.data(), 0, ggml_nbytes(slots));
+    ggml_backend_tensor_set(in.toks, tok_v.data(), 0, ggml_nbytes(in.toks));
+    ggml_backend_tensor_set(in.pos, pos_v.data(), 0, ggml_nbytes(in.pos));
+    ggml_backend_tensor_set(in.slots, slot_v.data(), 0, ggml_nbytes(in.slots));
     std::vector<ggml_fp16_t> mask_v(size_t(n_kv) * size_t(B));
-    for (size_t k = 0; k < kinds.size(); ++k) {
-        fill_mask(kinds[k], n_valid, n_kv, B, mask_v.data());
-        ggml_backend_tensor_set(masks[k], mask_v.data(), 0, ggml_nbytes(masks[k]));
+    for (size_t k = 0; k < in.kinds.size(); ++k) {
+        fill_mask(in.kinds[k], n_valid, n_kv, B, mask_v.data());
+        ggml_backend_tensor_set(in.masks[k], mask_v.data(), 0, ggml_nbytes(in.masks[k]));
     }
     {
         // one block over the same context in every run that must agree: any deterministic kernel will do
@@ -195,8 +201,8 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     const size_t n_out = size_t(B - 1) * size_t(top_k);
     std::vector<int32_t> id_v(n_out);
     std::vector<float> lp_v(n_out);
-    ggml_backend_tensor_get(top.ids, id_v.data(), 0, n_out * sizeof(int32_t));
-    ggml_backend_tensor_get(top.logp, lp_v.data(), 0, n_out * sizeof(float));
+    ggml_backend_tensor_get(in.top.ids, id_v.data(), 0, n_out * sizeof(int32_t));
+    ggml_backend_tensor_get(in.top.logp, lp_v.data(), 0, n_out * sizeof(float));
     // ggml_top_k leaves each row unordered; order K entries per row on the host (tiny).
     std::vector<int32_t> order(static_cast<size_t>(top_k));
     for (int32_t r = 0; r < B - 1; ++r) {

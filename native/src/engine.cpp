@@ -3,103 +3,31 @@
 
 #include <algorithm>
 #include <cstring>
-#include <iterator>
-#include <memory>
 
 #include "error.hpp"
+#include "load_params.hpp"
 
 using lb::Error;
 using lb::check;
 
-namespace {
-
-constexpr int32_t kMaxCtxLimit = 1 << 24;
-constexpr int32_t kMaxTreeLimit = 4096;
-constexpr int32_t kMaxUbatchLimit = 1 << 16;  // tokens per prefill graph; mirrors config.MAX_UBATCH
-
-// LB_KV_* <-> ggml types, in LB_KV_* order
-constexpr ggml_type kKvTypes[] = {GGML_TYPE_F16, GGML_TYPE_Q8_0, GGML_TYPE_Q4_0, GGML_TYPE_F32, GGML_TYPE_BF16};
-
-ggml_type kv_type_from_lb(int32_t t, const char * field) {
-    if (t >= 0 && t < int32_t(std::size(kKvTypes))) return kKvTypes[t];
-    throw Error(LB_E_INVALID_ARG, std::string(field) + " " + std::to_string(t) +
-                                      " is unknown; use LB_KV_F16, LB_KV_BF16, LB_KV_Q8_0, LB_KV_Q4_0 or LB_KV_F32");
-}
-
-int32_t kv_type_to_lb(ggml_type t) {
-    return int32_t(std::find(std::begin(kKvTypes), std::end(kKvTypes), t) - std::begin(kKvTypes));
-}
-
-// The pairs the backend's flash attention runs (the target's attention reads K and V there), as
-// "k/v" names. A pair outside them fails at load, naming them, instead of at the first forward.
-void check_kv_types(const lb::Backend & b, const lb::TargetHparams & hp, ggml_type type_k, ggml_type type_v) {
-    // ggml-cuda's batch-invariant attention reads one type for K and V (vendor/patches/0009)
-    check(b.is_cpu() || type_k == type_v, LB_E_UNSUPPORTED,
-          std::string("K cache ") + ggml_type_name(type_k) + " with V cache " + ggml_type_name(type_v) + " is not "
-              "supported on " + b.name() + " yet: give both the same type (f16, q8_0 or q4_0)");
-    ggml_init_params ip = {ggml_tensor_overhead() * 8, nullptr, true};
-    std::unique_ptr<ggml_context, decltype(&ggml_free)> ctx(ggml_init(ip), &ggml_free);
-    const auto runs = [&](ggml_type k, ggml_type v) {
-        const int64_t D = hp.head_dim, n_kv = lb::kKvPad;
-        ggml_tensor * q = ggml_new_tensor_3d(ctx.get(), GGML_TYPE_F32, D, 1, hp.n_head);
-        ggml_tensor * kt = ggml_new_tensor_3d(ctx.get(), k, D, n_kv, hp.n_head_kv);
-        ggml_tensor * vt = ggml_new_tensor_3d(ctx.get(), v, D, n_kv, hp.n_head_kv);
-        ggml_tensor * mask = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F16, n_kv, 1);
-        return ggml_backend_supports_op(b.backend, ggml_flash_attn_ext(ctx.get(), q, kt, vt, mask, 1.0f, 0.0f, 0.0f));
-    };
-    if (hp.n_attn_layers() == 0 || runs(type_k, type_v)) return;
-    std::string pairs;
-    for (ggml_type k : kKvTypes) {
-        for (ggml_type v : kKvTypes) {
-            if ((b.is_cpu() || k == v) && runs(k, v)) pairs += std::string(pairs.empty() ? "" : ", ") + ggml_type_name(k) + "/" + ggml_type_name(v);
-        }
-    }
-    throw Error(LB_E_UNSUPPORTED, std::string("K cache ") + ggml_type_name(type_k) + " with V cache " +
-                                      ggml_type_name(type_v) + " has no attention kernel on " + b.name() +
-                                      "; supported K/V pairs: " + (pairs.empty() ? "none" : pairs));
-}
-
-// ggml-cuda kernels are instantiated for these sizes only (and abort on others).
-void check_cuda_shapes(const lb::TargetHparams & hp) {
-    const int32_t S = hp.head_v_dim, K = hp.d_conv;
-    check(S == 16 || S == 32 || S == 64 || S == 128, LB_E_UNSUPPORTED,
-          "DeltaNet head size " + std::to_string(S) + " has no CUDA kernel (16, 32, 64, 128); use device -1 (CPU)");
-    check(K == 3 || K == 4 || K == 5 || K == 9 || K == 15, LB_E_UNSUPPORTED,
-          "conv kernel " + std::to_string(K) + " has no CUDA kernel (3, 4, 5, 9, 15); use device -1 (CPU)");
-}
-
-}  // namespace
-
 void lb_engine::load(const lb_params & p) {
     lb::set_log_level(p.log_level);
-    check(p.target_path != nullptr && p.target_path[0] != '\0', LB_E_INVALID_ARG,
-          "lb_params.target_path is empty; pass the path of a qwen35 GGUF");
-    check(p.max_ctx >= 1 && p.max_ctx <= kMaxCtxLimit, LB_E_INVALID_ARG,
-          "max_ctx " + std::to_string(p.max_ctx) + " is out of range [1, " + std::to_string(kMaxCtxLimit) + "]");
-    check(p.ubatch >= 1 && p.ubatch <= kMaxUbatchLimit, LB_E_INVALID_ARG,
-          "ubatch " + std::to_string(p.ubatch) + " is out of range [1, " + std::to_string(kMaxUbatchLimit) + "]");
-    check(p.max_tree >= 1 && p.max_tree <= kMaxTreeLimit, LB_E_INVALID_ARG,
-          "max_tree " + std::to_string(p.max_tree) + " is out of range [1, " + std::to_string(kMaxTreeLimit) + "]");
-    check(p.device >= -1, LB_E_INVALID_ARG, "device must be -1 (CPU) or a CUDA device index");
-    check(p.draft_window >= 0 && p.draft_window <= kMaxCtxLimit, LB_E_INVALID_ARG,
-          "draft_window " + std::to_string(p.draft_window) + " is out of range [0, " + std::to_string(kMaxCtxLimit) +
-              "] (0: the draft's sliding_window, else " + std::to_string(LB_DRAFT_WINDOW_DEFAULT) + ")");
-    type_k = kv_type_from_lb(p.type_k, "type_k");
-    type_v = kv_type_from_lb(p.type_v, "type_v");
+    lb::check_params(p);
+    type_k = lb::kv_type_from_lb(p.type_k, "type_k");
+    type_v = lb::kv_type_from_lb(p.type_v, "type_v");
 
     target_path = p.target_path;
     max_ctx = p.max_ctx;
     ubatch = p.ubatch;
     max_tree = p.max_tree;
     draft_window = p.draft_window;
-    check(p.batch_invariant == 0 || p.batch_invariant == 1, LB_E_INVALID_ARG,
-          "batch_invariant must be 0 or 1, got " + std::to_string(p.batch_invariant));
 
     lb::backend_init(backend, p.device, p.n_threads, p.batch_invariant != 0);
     model = lb::load_target(target_path, backend.backend, backend.is_cpu());
-    if (!backend.is_cpu()) check_cuda_shapes(model->hp);
-    check_kv_types(backend, model->hp, type_k, type_v);
-    lb::cache_init(cache, *model, backend.backend, max_ctx, type_k, type_v, max_tree);
+    if (!backend.is_cpu()) lb::check_cuda_shapes(model->hp);
+    lb::check_kv_types(ggml_backend_get_device(backend.backend), model->hp, type_k, type_v);
+    lb::cache_layout(cache, model->hp, max_ctx, type_k, type_v, max_tree);
+    lb::cache_alloc(cache, backend.backend);
     lb::log_msg(LB_LOG_INFO, "caches: %.1f MiB (%d KV rows, K %s, V %s)", double(cache.bytes()) / (1 << 20),
                 cache.rows, ggml_type_name(type_k), ggml_type_name(type_v));
     if (p.draft_path != nullptr && p.draft_path[0] != '\0') load_draft(p.draft_path);
@@ -112,11 +40,7 @@ void lb_engine::load_draft(const std::string & dir) {
     t.tok_embd = model->tok_embd;
     t.output = model->output;
     t.n_layer = model->hp.n_layer;
-    lb::DraftOptions opt;
-    opt.kv_type = backend.is_cpu() ? GGML_TYPE_F32 : GGML_TYPE_F16;
-    opt.ctx_size = draft_window;  // 0: from the draft's config
-    opt.ctx_limit = max_ctx;      // a ring longer than the context would only hold empty rows
-    draft = lb::DraftModel::load(dir, backend.backend, t, opt);
+    draft = lb::DraftModel::load(dir, backend.backend, t, lb::draft_options(backend.is_cpu(), draft_window, max_ctx));
     set_capture_layers(draft->config().target_layer_ids);
     on_commit = [this](const int32_t * rows, int32_t n) { draft->append(cache.capture, rows, n); };
     on_reset = [this] { draft->reset(); };
@@ -165,8 +89,8 @@ lb_model_info lb_engine::info() const {
     out.device = backend.device;
     out.draft_window = draft ? draft->ctx_size() : 0;
     out.n_ctx_train = model->hp.n_ctx_train;
-    out.type_k = kv_type_to_lb(type_k);
-    out.type_v = kv_type_to_lb(type_v);
+    out.type_k = lb::kv_type_to_lb(type_k);
+    out.type_v = lb::kv_type_to_lb(type_v);
     return out;
 }
 
@@ -206,7 +130,7 @@ void lb_engine::set_capture_layers(const std::vector<int32_t> & layers) {
         check(l >= 0 && l < model->hp.n_layer, LB_E_INVALID_ARG,
               "capture layer " + std::to_string(l) + " is outside the target's 0.." + std::to_string(model->hp.n_layer - 1));
     }
-    lb::cache_set_capture(cache, backend.backend, model->hp.n_embd, layers, std::max(ubatch, max_tree));
+    lb::cache_set_capture(cache, backend.backend, model->hp.n_embd, layers, lb::capture_rows(ubatch, max_tree));
     ++capture_gen_;  // every cached forward graph is rebuilt on its next use
 }
 

@@ -12,15 +12,16 @@ if shorter) with f16 KV, and nothing is planned unless --vram is given.
 With a budget, max_ctx="auto" takes the largest context up to the model's trained length that fits,
 trying KV types f16 -> q8_0 -> q4_0 unless the config names them (the first that fits the trained
 length, else the last one's largest context); a fixed max_ctx that does not fit is an error naming
-the largest that does. ubatch=None then takes the largest of UBATCH_CHOICES that still fits.
+the largest that does. ubatch=None then takes the largest of UBATCH_CHOICES that still fits. On
+CUDA the plan adds config.CUDA_RESERVE_BYTES for what ggml-cuda allocates outside its buffers.
 """
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
 
-from .config import (CPU_AUTO_MAX_CTX, DEFAULT_DRAFT_TOP_K, DEFAULT_UBATCH, PENALTY_LAST_N, SAMPLING_CANDIDATES,
-                     EngineConfig)
+from .config import (CPU_AUTO_MAX_CTX, CUDA_RESERVE_BYTES, DEFAULT_DRAFT_TOP_K, DEFAULT_UBATCH, PENALTY_LAST_N,
+                     SAMPLING_CANDIDATES, EngineConfig)
 
 GIB = 1 << 30
 KV_SEARCH = ("f16", "q8_0", "q4_0")
@@ -28,7 +29,7 @@ CTX_STEP = 256                  # KV rows come in multiples of this (native kKvP
 UBATCH_CHOICES = (2048, 1024)   # prefill micro-batches tried, largest first, when room is left
 PARTS = (("weights", "target weights"), ("draft", "draft weights"), ("kv", "KV cache"),
          ("recurrent", "recurrent state"), ("tree", "tree scratch + features"), ("draft_cache", "draft context ring"),
-         ("compute", "compute buffers"))
+         ("compute", "compute buffers"), ("reserve", "CUDA pools (reserve)"))
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class MemoryPlan:
     type_k: str
     type_v: str
     ubatch: int
-    parts: dict[str, int]       # bytes by part, as lb_memory names them
+    parts: dict[str, int]       # bytes by part: lb_memory's, and the CUDA reserve
     budget: int                 # bytes
     budget_source: str          # where the budget came from, for messages
 
@@ -107,6 +108,7 @@ class _Planner:
                 c.target, c.draft, max_ctx=ctx, type_k=pair[0], type_v=pair[1], device=self.device, ubatch=ubatch,
                 max_tree=c.max_tree, draft_window=c.draft_window, verify_nodes=min(c.max_tree, ctx),
                 draft_top_k=DEFAULT_DRAFT_TOP_K, n_candidates=SAMPLING_CANDIDATES, penalty_slots=PENALTY_LAST_N)
+            self._sizes[key]["reserve"] = CUDA_RESERVE_BYTES if self.device >= 0 else 0
         return self._sizes[key]
 
     def fits(self, ctx: int, pair: tuple[str, str], ubatch: int) -> bool:

@@ -1,4 +1,4 @@
-// engine.cpp: lb_engine's calls. Argument checks happen here, before anything touches ggml.
+// engine.cpp: lb_engine's calls. Arguments are checked before anything touches ggml (lb_params: load_params.cpp).
 #include "engine.hpp"
 
 #include <algorithm>

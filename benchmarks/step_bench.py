@@ -5,7 +5,8 @@
 
 AR: tok/s of lb_step after warm-up, and the fraction of the memory roofline (weight bytes one token
 reads over the measured copy bandwidth, passed as --copy-gbs). Speculative (with a draft): median
-ms of draft, verify at --budget, commit and Python host work per step, at each context length.
+ms of draft, verify at --budget, commit and Python host work per step, at each context length,
+with the memory the engine holds (lb_memory_get) next to what lb_memory_plan predicted for it.
 --temperature T > 0 runs the same step sampled (device sampling tail + host draw; add
 --repeat-penalty to include the penalty stage), so two runs show its cost per step.
 Synthetic random models give meaningless acceptance: this measures speed only.
@@ -23,7 +24,7 @@ import time
 
 import numpy as np
 
-from lucebox._native import Handle
+from lucebox._native import Handle, memory_plan
 from lucebox.config import GenerationConfig
 from lucebox.decode import Step
 from lucebox.drafters import NativeDrafter
@@ -102,7 +103,7 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
     return {"ctx": ctx, "prefill_tokens": n_prompt, "prefill_s": prefill_s, "budget": gen.budget,
             "temperature": gen.temperature, "draft_ms": med(t_draft), "verify_ms": med(t_verify),
             "commit_ms": med(t_commit), "host_ms": med(t_host), "ar_step_ms": med(t_ar),
-            "gpu_mem_mib": gpu_memory_used_mib()}
+            "gpu_mem_mib": gpu_memory_used_mib(), "held_mib": sum(h.memory().values()) / 2**20}
 
 
 def main() -> None:
@@ -118,6 +119,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0, help="sample (Qwen's top-p/top-k) when > 0")
     ap.add_argument("--repeat-penalty", type=float, default=1.0)
     ap.add_argument("--kv", default="f16")
+    ap.add_argument("--draft-window", type=int, default=0,
+                    help="draft context window W (0: the draft's sliding_window, else 4096)")
     ap.add_argument("--no-invariant", action="store_true",
                     help="let CUDA pick batch-dependent kernels (lb_params.batch_invariant = 0)")
     ap.add_argument("--copy-gbs", type=float, default=0.0, help="measured copy bandwidth (GB/s)")
@@ -148,12 +151,17 @@ def main() -> None:
 
     if args.draft:
         results["spec"] = []
-        print("\n| ctx | draft ms | verify(%d) ms | commit ms | host ms | AR step ms | verify/AR | draft/verify | GPU MiB |"
-              % args.budget)
-        print("|---|---|---|---|---|---|---|---|---|")
+        print("\n| ctx | draft ms | verify(%d) ms | commit ms | host ms | AR step ms | verify/AR | draft/verify | GPU MiB "
+              "| held MiB | plan MiB |" % args.budget)
+        print("|---|---|---|---|---|---|---|---|---|---|---|")
         for ctx in ctxs:
-            h = Handle(args.target, args.draft, max_ctx=ctx, kv_type=args.kv, device=args.device,
-                       max_tree=max(64, args.budget + 1), batch_invariant=invariant)
+            opts = dict(max_ctx=ctx, kv_type=args.kv, device=args.device, max_tree=max(64, args.budget + 1),
+                        draft_window=args.draft_window)
+            # what lb_memory_plan predicts for this run's largest calls (no sampling tail when greedy)
+            plan = memory_plan(args.target, args.draft, verify_nodes=args.budget + 1, draft_top_k=args.draft_top_k,
+                               n_candidates=32 if args.temperature > 0 else 0,
+                               penalty_slots=64 if args.repeat_penalty != 1.0 else 0, **opts)
+            h = Handle(args.target, args.draft, batch_invariant=invariant, **opts)
             gen = GenerationConfig(budget=args.budget, draft_top_k=args.draft_top_k, temperature=args.temperature,
                                    repeat_penalty=args.repeat_penalty, seed=0,
                                    **({"top_p": 0.95, "top_k": 20} if args.temperature > 0 else {}))
@@ -165,7 +173,9 @@ def main() -> None:
             results["spec"].append(r)
             print(f"| {ctx} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} | {r['commit_ms']:.2f} | {r['host_ms']:.3f} | "
                   f"{r['ar_step_ms']:.2f} | {r['verify_ms'] / r['ar_step_ms']:.2f} | "
-                  f"{r['draft_ms'] / r['verify_ms']:.2f} | {r['gpu_mem_mib']} |")
+                  f"{r['draft_ms'] / r['verify_ms']:.2f} | {r['gpu_mem_mib']} | {r['held_mib']:.0f} | "
+                  f"{sum(plan.values()) / 2**20:.0f} |")
+            r["plan"] = plan
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-ABI_VERSION = 2  # must equal LB_ABI_VERSION in lucebox.h
+ABI_VERSION = 3  # must equal LB_ABI_VERSION in lucebox.h
 
 LIB_ENV = "LUCEBOX_LIB"
 LIB_NAME = "liblucebox.so"
@@ -25,7 +25,8 @@ STATUS_NAMES = {
 E_CONTEXT = -6
 E_OOM = -7
 
-KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2, "f32": 3}
+KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2, "f32": 3, "bf16": 4}  # LB_KV_*
+KV_NAMES = {code: name for name, code in KV_TYPES.items()}
 LOG_LEVELS = {"quiet": 0, "error": 1, "info": 2, "debug": 3}
 
 
@@ -53,17 +54,31 @@ def _fields(ctype, *names: str) -> list:
 # typedef struct lb_params { ... } lb_params;
 class Params(ctypes.Structure):
     _fields_ = (_fields(ctypes.c_char_p, "target_path", "draft_path")
-                + _fields(ctypes.c_int32, "max_ctx", "kv_type", "device", "n_threads", "ubatch", "max_tree",
-                          "log_level", "batch_invariant"))
+                + _fields(ctypes.c_int32, "max_ctx", "type_k", "type_v", "device", "n_threads", "ubatch", "max_tree",
+                          "log_level", "batch_invariant", "draft_window"))
+
+
+class _Record(ctypes.Structure):
+    """A struct of numbers the library fills in; as_dict() reads it out."""
+
+    def as_dict(self) -> dict:
+        return {name: int(getattr(self, name)) for name, _ in self._fields_}
 
 
 # typedef struct lb_model_info { ... } lb_model_info;
-class ModelInfo(ctypes.Structure):
+class ModelInfo(_Record):
     _fields_ = _fields(ctypes.c_int32, "n_vocab", "n_embd", "n_layer", "max_ctx", "n_past", "has_draft", "block_size",
-                       "mask_token_id", "max_tree", "device")
+                       "mask_token_id", "max_tree", "device", "draft_window", "n_ctx_train", "type_k", "type_v")
 
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name, _ in self._fields_}
+
+# typedef struct lb_memory { ... } lb_memory;
+class Memory(_Record):
+    _fields_ = _fields(ctypes.c_int64, "weights", "draft", "kv", "recurrent", "tree", "draft_cache", "compute")
+
+
+# typedef struct lb_plan_shape { ... } lb_plan_shape;
+class PlanShape(ctypes.Structure):
+    _fields_ = _fields(ctypes.c_int32, "verify_nodes", "draft_top_k", "n_candidates", "penalty_slots")
 
 
 # typedef struct lb_sampling { ... } lb_sampling;
@@ -85,12 +100,18 @@ _PROTOTYPES = [
     ("lb_last_error", ctypes.c_char_p, []),
     # int32_t lb_device_count(void);
     ("lb_device_count", ctypes.c_int32, []),
+    # int32_t lb_device_memory(int32_t device, int64_t * free_bytes, int64_t * total_bytes);
+    ("lb_device_memory", ctypes.c_int32, [ctypes.c_int32, ctypes.POINTER(ctypes.c_int64), ctypes.POINTER(ctypes.c_int64)]),
     # void lb_params_default(lb_params * p);
     ("lb_params_default", None, [ctypes.POINTER(Params)]),
     # int32_t lb_load(const lb_params * p, lb_engine ** out);
     ("lb_load", ctypes.c_int32, [ctypes.POINTER(Params), ctypes.POINTER(_engine_p)]),
+    # int32_t lb_memory_plan(const lb_params * p, const lb_plan_shape * s, lb_memory * out);
+    ("lb_memory_plan", ctypes.c_int32, [ctypes.POINTER(Params), ctypes.POINTER(PlanShape), ctypes.POINTER(Memory)]),
     # int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out);
     ("lb_model_info_get", ctypes.c_int32, [_engine_p, ctypes.POINTER(ModelInfo)]),
+    # int32_t lb_memory_get(const lb_engine * e, lb_memory * out);
+    ("lb_memory_get", ctypes.c_int32, [_engine_p, ctypes.POINTER(Memory)]),
     # int32_t lb_reset(lb_engine * e);
     ("lb_reset", ctypes.c_int32, [_engine_p]),
     # int32_t lb_prefill(lb_engine *, const int32_t * toks, int32_t n, int32_t * out_next,
@@ -208,6 +229,50 @@ def _i32_param(name: str, value) -> int:
     return int(value)
 
 
+def _params(target_path, draft_path=None, *, max_ctx=4096, kv_type="f16", device=-1, n_threads=0, ubatch=512,
+            max_tree=64, log_level="error", batch_invariant=True, draft_window=0, type_k=None, type_v=None) -> Params:
+    """An lb_params from lb_params_default and these values (the paths' bytes live as long as it does)."""
+    type_k, type_v = type_k or kv_type, type_v or kv_type
+    for name, value in (("type_k", type_k), ("type_v", type_v)):
+        if value not in KV_TYPES:
+            raise ValueError(f"{name} must be one of {', '.join(KV_TYPES)}; got {value!r}")
+    if isinstance(log_level, str) and log_level not in LOG_LEVELS:
+        raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {log_level!r}")
+    params = Params()
+    lib().lb_params_default(ctypes.byref(params))
+    params._paths = (os.fsencode(str(target_path)), os.fsencode(str(draft_path)) if draft_path else None)
+    params.target_path, params.draft_path = params._paths
+    params.max_ctx = _i32_param("max_ctx", max_ctx)
+    params.type_k = KV_TYPES[type_k]
+    params.type_v = KV_TYPES[type_v]
+    params.device = _i32_param("device", device)
+    params.n_threads = _i32_param("n_threads", n_threads)
+    params.ubatch = _i32_param("ubatch", ubatch)
+    params.max_tree = _i32_param("max_tree", max_tree)
+    params.log_level = LOG_LEVELS[log_level] if isinstance(log_level, str) else _i32_param("log_level", log_level)
+    params.batch_invariant = int(bool(batch_invariant))
+    params.draft_window = _i32_param("draft_window", draft_window)
+    return params
+
+
+def memory_plan(target_path, draft_path=None, *, verify_nodes: int, draft_top_k: int, n_candidates: int = 0,
+                penalty_slots: int = 0, **params) -> dict:
+    """What lb_load would hold at most, by part (lb_memory_plan); `params` as Handle's."""
+    shape = PlanShape(_i32_param("verify_nodes", verify_nodes), _i32_param("draft_top_k", draft_top_k),
+                      _i32_param("n_candidates", n_candidates), _i32_param("penalty_slots", penalty_slots))
+    out = Memory()
+    p = _params(target_path, draft_path, **params)
+    _check(lib().lb_memory_plan(ctypes.byref(p), ctypes.byref(shape), ctypes.byref(out)))
+    return out.as_dict()
+
+
+def device_memory(device: int) -> tuple[int, int]:
+    """(free, total) bytes of a device (-1: the host, whose memory ggml counts as all free)."""
+    free, total = ctypes.c_int64(), ctypes.c_int64()
+    _check(lib().lb_device_memory(_i32_param("device", device), ctypes.byref(free), ctypes.byref(total)))
+    return free.value, total.value
+
+
 class Handle:
     """Owns one lb_engine. Low level: arrays in, arrays out; `lucebox.Engine` builds on it.
 
@@ -217,27 +282,13 @@ class Handle:
     """
 
     def __init__(self, target_path, draft_path=None, max_ctx=4096, kv_type="f16", device=-1,
-                 n_threads=0, ubatch=512, max_tree=64, log_level="error", batch_invariant=True):
+                 n_threads=0, ubatch=512, max_tree=64, log_level="error", batch_invariant=True, draft_window=0,
+                 type_k=None, type_v=None):
+        """kv_type: the K and V cache type; type_k / type_v (llama.cpp's names) override one side."""
         L = lib()
-        if kv_type not in KV_TYPES:
-            raise ValueError(f"kv_type must be one of {sorted(KV_TYPES)}, got {kv_type!r}")
-        if isinstance(log_level, str) and log_level not in LOG_LEVELS:
-            raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {log_level!r}")
-        params = Params()
-        L.lb_params_default(ctypes.byref(params))
-        # keep the encoded paths alive for the duration of lb_load
-        self._target_b = os.fsencode(str(target_path))
-        self._draft_b = os.fsencode(str(draft_path)) if draft_path else None
-        params.target_path = self._target_b
-        params.draft_path = self._draft_b
-        params.max_ctx = _i32_param("max_ctx", max_ctx)
-        params.kv_type = KV_TYPES[kv_type]
-        params.device = _i32_param("device", device)
-        params.n_threads = _i32_param("n_threads", n_threads)
-        params.ubatch = _i32_param("ubatch", ubatch)
-        params.max_tree = _i32_param("max_tree", max_tree)
-        params.log_level = LOG_LEVELS[log_level] if isinstance(log_level, str) else _i32_param("log_level", log_level)
-        params.batch_invariant = int(bool(batch_invariant))
+        params = _params(target_path, draft_path, max_ctx=max_ctx, kv_type=kv_type, device=device,
+                         n_threads=n_threads, ubatch=ubatch, max_tree=max_tree, log_level=log_level,
+                         batch_invariant=batch_invariant, draft_window=draft_window, type_k=type_k, type_v=type_v)
         out = _engine_p()
         _check(L.lb_load(ctypes.byref(params), ctypes.byref(out)))
         self._ptr = out
@@ -273,8 +324,17 @@ class Handle:
 
     # --- calls ----------------------------------------------------------------------------
     def info(self) -> dict:
+        """lb_model_info as a dict; type_k / type_v as names ("f16", "q8_0", ...)."""
         out = ModelInfo()
         _check(lib().lb_model_info_get(self._p(), ctypes.byref(out)))
+        info = out.as_dict()
+        info["type_k"], info["type_v"] = KV_NAMES[info["type_k"]], KV_NAMES[info["type_v"]]
+        return info
+
+    def memory(self) -> dict:
+        """Bytes the engine holds now, by part (lb_memory_get)."""
+        out = Memory()
+        _check(lib().lb_memory_get(self._p(), ctypes.byref(out)))
         return out.as_dict()
 
     def n_past(self) -> int:

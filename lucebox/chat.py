@@ -55,9 +55,10 @@ def describe_sampling(options: dict) -> str:
 class ChatSession:
     """One conversation: `for piece in session.send("hi"): print(piece, end="")`."""
 
-    def __init__(self, engine, system: str | None = None, **options):
+    def __init__(self, engine, system: str | None = None, progress=None, **options):
         self.engine = engine
         self.system = system
+        self.progress = progress       # prefill progress callback (Engine.prefill), e.g. a terminal bar
         self.options = options         # Engine.stream options: max_new_tokens, mode, budget, top_k, ...
         self.turns = 0
         self.last = None               # Generation of the last reply
@@ -101,7 +102,7 @@ class ChatSession:
         """Stream the reply. Closing the iterator early (Ctrl+C) keeps what was said so far."""
         ids = self.prompt_ids(user_text)
         before = getattr(self.engine, "last_generation", None)
-        stream = self.engine.stream(ids, **self.options)
+        stream = self.engine.stream(ids, progress=self.progress, **self.options)
         try:
             yield from stream
         finally:

@@ -18,11 +18,10 @@ import click
 from . import __version__
 from .defaults import demo_notice
 from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT,
-                     DEFAULT_PREFIX_CACHE_GB, DEFAULT_SERVE_MAX_CTX, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
-                     MAX_NEW_TOKENS, MAX_TREE)
+                     DEFAULT_PREFIX_CACHE_GB, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
+                     MAX_NEW_TOKENS, MAX_TREE, MAX_UBATCH, MAX_VRAM_GB)
 
 PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
-PREFILL_CHUNK = 512
 CTX_ROUND = 256
 DEMO_NOTICE = demo_notice("pass --target/--draft")
 
@@ -69,17 +68,65 @@ def _options(*options):
     return decorate
 
 
+# options that go to EngineConfig as they are (option name -> field), gathered into `engine_opts`
+_ENGINE_FIELDS = {"kv": "kv", "cache_type_k": "cache_type_k", "cache_type_v": "cache_type_v", "device": "device",
+                  "threads": "n_threads", "draft_window": "draft_window", "vram": "vram_gb", "ubatch": "ubatch"}
+AUTO_CTX_HELP = ("auto: the largest that fits the GPU's free memory or --vram, up to the trained length "
+                 "(on the CPU without --vram: 8192)")
+
+
+class _ContextSize(click.ParamType):
+    """--max-ctx: a token count or "auto"."""
+    name = "INTEGER|auto"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int) or value == "auto":
+            return value
+        try:
+            n = int(value)
+        except ValueError:
+            self.fail(f"{value!r} is neither a number of tokens nor auto", param, ctx)
+        if not 16 <= n <= MAX_CTX_LIMIT:
+            self.fail(f"{n} is not in the range 16<=x<={MAX_CTX_LIMIT} (or auto)", param, ctx)
+        return n
+
+
 def _model_options(max_ctx_help: str):
-    return _options(
+    """--target, --draft, --no-draft, --max-ctx, and the EngineConfig options (passed on as `engine_opts`)."""
+    add_options = _options(
         click.option("--target", type=click.Path(dir_okay=False),
                      help="Target GGUF (else $LUCEBOX_TARGET, the pulled model, the embedded default)."),
         click.option("--draft", type=click.Path(), help="DFlash draft folder (else $LUCEBOX_DRAFT or the pulled draft)."),
         click.option("--no-draft", is_flag=True, help="Load no draft (AR decoding only)."),
-        click.option("--max-ctx", type=click.IntRange(16, MAX_CTX_LIMIT), default=None, help=max_ctx_help),
-        click.option("--kv", type=click.Choice(KV_TYPES), default="f16", show_default=True, help="KV cache type."),
+        click.option("--max-ctx", type=_ContextSize(), default=None, help=max_ctx_help),
+        click.option("--vram", type=click.FloatRange(0, MAX_VRAM_GB, min_open=True), default=None,
+                     help="Memory budget in GiB to plan the context and KV type against (default: the GPU's "
+                          "free memory); prints the plan."),
+        click.option("--kv", type=click.Choice(KV_TYPES), default=None,
+                     help="KV cache type of K and V (default f16; with a memory budget and an auto context, "
+                          "f16, else q8_0, else q4_0)."),
+        click.option("-ctk", "--cache-type-k", type=click.Choice(KV_TYPES), default=None,
+                     help="K cache type (as llama.cpp's), overriding --kv."),
+        click.option("-ctv", "--cache-type-v", type=click.Choice(KV_TYPES), default=None,
+                     help="V cache type (as llama.cpp's), overriding --kv."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
         click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all)."),
+        click.option("--ubatch", type=click.IntRange(1, MAX_UBATCH), default=None,
+                     help="Prefill micro-batch in tokens (default 512, larger when the memory plan has room)."),
+        click.option("--draft-window", type=click.IntRange(0, MAX_CTX_LIMIT), default=0,
+                     help="The draft sees the last W tokens only (0 = its config's sliding_window, else 4096); "
+                          "changes acceptance, never the output."),
     )
+
+    def decorate(fn):
+        fn = add_options(fn)
+
+        @functools.wraps(fn)
+        def gather(**kwargs):
+            kwargs["engine_opts"] = {field: kwargs.pop(name) for name, field in _ENGINE_FIELDS.items()}
+            return fn(**kwargs)
+        return gather
+    return decorate
 
 
 def _decode_options(n_gen_default: int):
@@ -169,31 +216,36 @@ def _spinner(desc: str):
         bar.close()
 
 
-def _load_engine(models, tokenizer, *, max_ctx, kv, device, threads):
+def _load_engine(models, tokenizer, *, max_ctx, engine_opts: dict):
     from .engine import Engine
 
     size_gb = models.target.stat().st_size / 1e9
     what = models.target.name + (f" + {models.draft.name}" if models.draft else "")
     with _spinner(f"loading {what} ({size_gb:.1f} GB)"):
-        return Engine(models.target, draft=models.draft, max_ctx=max_ctx, kv=kv, device=device,
-                      n_threads=threads, tokenizer=tokenizer)
+        engine = Engine(models.target, draft=models.draft, max_ctx=max_ctx, tokenizer=tokenizer, **engine_opts)
+    if engine.memory_plan is not None:
+        click.echo(engine.memory_plan.table(), err=True)
+    return engine
 
 
-def _prefill_with_progress(engine, ids: list[int]) -> float:
-    """Prefill a long prompt chunk by chunk under a progress bar; returns the seconds spent.
+class _PrefillBar:
+    """Engine.prefill's progress callback: a tqdm bar on stderr (a terminal) while a prompt of
+    PREFILL_BAR_MIN tokens or more is prefilled, one micro-batch at a time."""
 
-    The engine reuses a cached prefix, so the generation that follows prefills nothing again.
-    """
-    import time
+    def __init__(self):
+        self._bar = None
 
-    from tqdm import tqdm
+    def __call__(self, done: int, total: int) -> None:
+        if self._bar is None:
+            if done or total < PREFILL_BAR_MIN or not sys.stderr.isatty():
+                return
+            from tqdm import tqdm
 
-    if len(ids) < PREFILL_BAR_MIN or not sys.stderr.isatty():
-        return 0.0
-    t0 = time.perf_counter()
-    with tqdm(total=len(ids), desc="prefill", unit="tok", file=sys.stderr, leave=False) as bar:
-        engine.prefill(ids, progress=lambda done, total: bar.update(done - bar.n), chunk_tokens=PREFILL_CHUNK)
-    return time.perf_counter() - t0
+            self._bar = tqdm(total=total, desc="prefill", unit="tok", file=sys.stderr, leave=False)
+        self._bar.update(done - self._bar.n)
+        if done >= total:
+            self._bar.close()
+            self._bar = None
 
 
 def _encode_prompt(tokenizer, text: str, system: str | None, raw: bool) -> list[int]:
@@ -248,11 +300,11 @@ def _read_prompt(argument, prompt, prompt_file) -> str:
 @click.option("--raw", is_flag=True, help="Send the prompt as is, without the chat template.")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-sequence.")
 @click.option("--stats", is_flag=True, help="Print AL, decode tok/s and prefill time to stderr.")
-@_model_options("Context tokens (default: fit the prompt + n_gen).")
+@_model_options("Context tokens, or auto (default: fit the prompt + n_gen).")
 @_friendly_errors
 def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p,
         min_p, repeat_penalty, presence_penalty, frequency_penalty, seed, raw, ignore_eos, stats,
-        target, draft, no_draft, max_ctx, kv, device, threads):
+        target, draft, no_draft, max_ctx, engine_opts):
     """Generate a reply to PROMPT (or --prompt, --prompt-file, stdin), streaming text as tokens commit."""
     text = _read_prompt(prompt_argument, prompt, prompt_file)
     models = _resolve(target, draft, no_draft, mode)
@@ -260,17 +312,16 @@ def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, 
     ids = _encode_prompt(tokenizer, text, system, raw)
     if max_ctx is None:
         max_ctx = _fit_ctx(len(ids), n_gen)
-    elif len(ids) >= max_ctx:
+    elif max_ctx != "auto" and len(ids) >= max_ctx:
         raise ValueError(f"prompt of {len(ids)} tokens does not fit --max-ctx {max_ctx}; "
                          "raise --max-ctx or shorten the prompt")
-    with _load_engine(models, tokenizer, max_ctx=max_ctx, kv=kv, device=device, threads=threads) as engine:
-        prefill_s = _prefill_with_progress(engine, ids)
+    with _load_engine(models, tokenizer, max_ctx=max_ctx, engine_opts=engine_opts) as engine:
         last = ""
         sampling = _given(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                           repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                           frequency_penalty=frequency_penalty, seed=seed)
         for piece in engine.stream(ids, n_gen, mode=mode or "auto", budget=budget, draft_top_k=draft_top_k,
-                                   ignore_eos=ignore_eos, **sampling):
+                                   ignore_eos=ignore_eos, progress=_PrefillBar(), **sampling):
             sys.stdout.write(piece)
             sys.stdout.flush()
             last = piece or last
@@ -283,9 +334,6 @@ def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, 
                        f"(max_ctx {engine.info['max_ctx']}); raise --max-ctx for longer replies", err=True)
         if stats:
             s = gen.stats
-            if prefill_s:
-                s.prefill_s += prefill_s
-                s.prompt_tokens = len(ids)
             click.echo(f"[{s.summary()}; finish: {gen.finish_reason}]", err=True)
 
 
@@ -293,10 +341,10 @@ def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, 
 @_decode_options(n_gen_default=1024)
 @_sampling_options("the model's recommended settings")
 @click.option("--ignore-eos", is_flag=True, hidden=True, help="Replies always run to --n-gen (tests, demos).")
-@_model_options("Context tokens for the whole conversation.")
+@_model_options(f"Context tokens for the whole conversation (default {AUTO_CTX_HELP}).")
 @_friendly_errors
 def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, min_p, repeat_penalty,
-         presence_penalty, frequency_penalty, seed, ignore_eos, target, draft, no_draft, max_ctx, kv, device, threads):
+         presence_penalty, frequency_penalty, seed, ignore_eos, target, draft, no_draft, max_ctx, engine_opts):
     """Multi-turn chat (/set, /reset, /stats; Ctrl+C stops a reply, Ctrl+D exits)."""
     from .chat import HELP, ChatSession, describe_sampling, recommended_sampling, repl
 
@@ -304,14 +352,14 @@ def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, mi
     tokenizer = _load_tokenizer(models)
     if not tokenizer.chat_template:
         raise ValueError(f"{models.target.name} has no chat template, which chat needs; use `lucebox run --raw`")
-    with _load_engine(models, tokenizer, max_ctx=max_ctx or 8192, kv=kv, device=device,
-                      threads=threads) as engine:
+    with _load_engine(models, tokenizer, max_ctx=max_ctx or "auto", engine_opts=engine_opts) as engine:
         sampling, source = recommended_sampling(models.target)
         sampling.update(_given(temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
                                repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                                frequency_penalty=frequency_penalty, seed=seed))
-        session = ChatSession(engine, system=system, max_new_tokens=n_gen, mode=mode or "auto",
-                              budget=budget, draft_top_k=draft_top_k, ignore_eos=ignore_eos, **sampling)
+        session = ChatSession(engine, system=system, progress=_PrefillBar(), max_new_tokens=n_gen,
+                              mode=mode or "auto", budget=budget, draft_top_k=draft_top_k, ignore_eos=ignore_eos,
+                              **sampling)
         used = mode or ("ddtree" if engine.has_draft else "ar")
         banner = (f"lucebox chat: {models.target.name}, {used}, context {engine.info['max_ctx']}; "
                   f"sampling {describe_sampling(session.options)} ({source}). {HELP}")
@@ -336,10 +384,10 @@ def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, mi
 @click.option("--stop-at-eos", is_flag=True, help="End a run at end-of-sequence (default: always n_gen tokens).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), default="lucebox-bench.json",
               show_default=True, help="Where to save the results; the table (.md) and plot (.png) go next to it.")
-@_model_options("Context tokens (default: fit the longest prompt + n_gen).")
+@_model_options("Context tokens, or auto (default: fit the longest prompt + n_gen).")
 @_friendly_errors
 def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temperature, seed, stop_at_eos, json_path,
-          target, draft, no_draft, max_ctx, kv, device, threads):
+          target, draft, no_draft, max_ctx, engine_opts):
     """Benchmark AR vs DFlash + DDTree: markdown table on stdout; JSON, table and plot saved."""
     from . import bench as B
 
@@ -355,17 +403,18 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temp
     longest = max(len(B.encode(tokenizer, p)) for s in suites for p in s.prompts)
     if max_ctx is None:
         max_ctx = _fit_ctx(longest, n_gen)
-    elif longest >= max_ctx:
+    elif max_ctx != "auto" and longest >= max_ctx:
         raise ValueError(f"the longest prompt has {longest} tokens and does not fit --max-ctx {max_ctx}")
     specs = [B.RunSpec("ddtree", b) for b in budget_list]
     if with_chain:
         specs += [B.RunSpec("chain", b) for b in budget_list]
-    with _load_engine(models, tokenizer, max_ctx=max_ctx, kv=kv, device=device, threads=threads) as engine:
+    with _load_engine(models, tokenizer, max_ctx=max_ctx, engine_opts=engine_opts) as engine:
         result = B.run(engine, suites, specs, n_gen=n_gen, draft_top_k=draft_top_k, ignore_eos=not stop_at_eos,
                        temperature=temperature, seed=seed)
         device_used = "cpu" if engine.info["device"] < 0 else f"cuda:{engine.info['device']}"
         result = B.stamp(result, target=str(models.target), draft=str(models.draft),
-                         max_ctx=engine.info["max_ctx"], kv=kv, device=device_used)
+                         max_ctx=engine.info["max_ctx"], type_k=engine.info["type_k"], type_v=engine.info["type_v"],
+                         device=device_used, draft_window=engine.info["draft_window"])
     from .bench_plot import INSTALL_HINT, save_plot
 
     table = B.to_markdown(result)
@@ -390,10 +439,10 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temp
 @click.option("--api-key", envvar="LUCEBOX_API_KEY", default=None,
               help="Require this key (Authorization: Bearer or x-api-key); else $LUCEBOX_API_KEY.")
 @click.option("--model-name", default="lucebox", show_default=True, help="Model id the server reports and accepts.")
-@_model_options(f"Context tokens per request, prompt + reply (default {DEFAULT_SERVE_MAX_CTX}).")
+@_model_options(f"Context tokens per request, prompt + reply (default {AUTO_CTX_HELP}).")
 @_friendly_errors
-def serve(host, port, max_queue, prefix_cache_gb, api_key, model_name, target, draft, no_draft, max_ctx, kv,
-          device, threads):
+def serve(host, port, max_queue, prefix_cache_gb, api_key, model_name, target, draft, no_draft, max_ctx,
+          engine_opts):
     """OpenAI- and Anthropic-compatible HTTP server (/v1/chat/completions, /v1/messages, ...)."""
     from .config import ServeConfig
 
@@ -403,8 +452,7 @@ def serve(host, port, max_queue, prefix_cache_gb, api_key, model_name, target, d
 
     models = _resolve(target, draft, no_draft, None)
     tokenizer = _load_tokenizer(models)
-    with _load_engine(models, tokenizer, max_ctx=max_ctx or DEFAULT_SERVE_MAX_CTX, kv=kv, device=device,
-                      threads=threads) as engine:
+    with _load_engine(models, tokenizer, max_ctx=max_ctx or "auto", engine_opts=engine_opts) as engine:
         used = "ddtree" if engine.has_draft else "ar"
         click.echo(f"lucebox serve: {models.target.name}, {used}, context {engine.info['max_ctx']}, "
                    f"http://{host}:{port}/v1 (model {model_name!r})", err=True)

@@ -7,7 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-KV_TYPES = ("f16", "q8_0", "q4_0", "f32")
+KV_TYPES = ("f16", "bf16", "q8_0", "q4_0", "f32")  # KV cache element types (LB_KV_*)
+DEFAULT_KV = "f16"
 MODES = ("auto", "ar", "chain", "ddtree")
 LOG_LEVELS = ("quiet", "error", "info", "debug")
 DEFAULT_BUDGET = 22
@@ -28,6 +29,15 @@ MAX_BUDGET = MAX_TREE_LIMIT - 1  # draft nodes of the largest tree
 MAX_DRAFT_TOP_K = MAX_BUDGET
 MAX_CTX_LIMIT = 1 << 24  # native kMaxCtxLimit
 MAX_UBATCH = 1 << 16
+DEFAULT_UBATCH = 512        # prefill micro-batch when neither the config nor a memory plan picks one
+# max_ctx="auto" on the CPU without --vram (no budget to plan against, see memory_plan.py): this
+# many tokens, or the trained length if shorter
+CPU_AUTO_MAX_CTX = 8192
+MAX_VRAM_GB = float(1 << 20)
+# What a CUDA engine allocates outside ggml's buffers, which lb_memory_plan cannot size: kernel scratch
+# pools, cuBLAS workspace (the CUDA context itself is already gone from the free memory the plan fills).
+# A placeholder to calibrate against step_bench.py's measured peak on the GPU (issue 19).
+CUDA_RESERVE_BYTES = 512 << 20
 MAX_NEW_TOKENS = 1 << 30
 
 
@@ -50,26 +60,45 @@ class EngineConfig:
 
     target: str | Path
     draft: str | Path | None = None
-    max_ctx: int = 4096
-    kv: str = "f16"
+    max_ctx: int | str = 4096   # or "auto": the largest that fits the memory budget (memory_plan.py)
+    kv: str | None = None       # K and V cache type (KV_TYPES); None = DEFAULT_KV
+    # one side's type (llama.cpp's --cache-type-k / --cache-type-v); None = kv's
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
     device: str = "auto"        # "auto" (first GPU if the build has CUDA, else CPU), "cpu", "cuda", "cuda:N"
     n_threads: int = 0          # CPU threads; 0 = all cores
-    ubatch: int = 512           # prefill micro-batch
+    ubatch: int | None = None   # prefill micro-batch; None = DEFAULT_UBATCH, or the plan's pick
     max_tree: int = MAX_TREE
     log_level: str = "error"    # one of LOG_LEVELS
     # every token computes to the same bits in any batch (greedy speculative == AR, bit for bit); False
     # lets CUDA pick faster batch-dependent kernels (benchmarks); the CPU is always invariant
     batch_invariant: bool = True
+    # W: the draft attends to the last W committed tokens only, keeping their K/V in a ring of W rows
+    # (memory O(W)); 0 = the draft's config.json sliding_window, else the native default (4096,
+    # LB_DRAFT_WINDOW_DEFAULT). Changes what the draft proposes, never the output.
+    draft_window: int = 0
+    # memory budget in GiB for the plan (memory_plan.py); None = the GPU's free memory, and no plan
+    # on the CPU
+    vram_gb: float | None = None
 
     def __post_init__(self):
         self.target = Path(self.target)
         if self.draft is not None:
             self.draft = Path(self.draft)
-        _check_int("max_ctx", self.max_ctx, 16, MAX_CTX_LIMIT)
-        if self.kv not in KV_TYPES:
-            raise ValueError(f"kv must be one of {', '.join(KV_TYPES)}; got {self.kv!r}")
-        _check_int("ubatch", self.ubatch, 1, MAX_UBATCH)
+        if self.max_ctx != "auto":
+            _check_int("max_ctx", self.max_ctx, 16, MAX_CTX_LIMIT, "or \"auto\"")
+        for name in ("kv", "cache_type_k", "cache_type_v"):
+            value = getattr(self, name)
+            if value is not None and value not in KV_TYPES:
+                raise ValueError(f"{name} must be one of {', '.join(KV_TYPES)}; got {value!r}")
+        if self.ubatch is not None:
+            _check_int("ubatch", self.ubatch, 1, MAX_UBATCH)
+        if self.vram_gb is not None and (isinstance(self.vram_gb, bool) or not isinstance(self.vram_gb, (int, float))
+                                         or not 0 < self.vram_gb <= MAX_VRAM_GB):
+            raise ValueError(f"vram_gb must be a number of GiB in (0, {MAX_VRAM_GB:g}], got {self.vram_gb!r}")
         _check_int("max_tree", self.max_tree, 2, MAX_TREE_LIMIT)
+        _check_int("draft_window", self.draft_window, 0, MAX_CTX_LIMIT,
+                   "0 takes the draft's sliding_window (else 4096); W keeps the last W tokens")
         _check_int("n_threads", self.n_threads, 0, max_threads(),
                    "0 uses all cores; more than 4 per hardware thread only slows ggml down")
         if self.log_level not in LOG_LEVELS:
@@ -77,6 +106,14 @@ class EngineConfig:
         if not isinstance(self.device, str):
             raise ValueError(f"device must be a string (auto, cpu, cuda or cuda:N); got {self.device!r}")
         device_index(self.device)  # validates
+
+    @property
+    def type_k(self) -> str:
+        return self.cache_type_k or self.kv or DEFAULT_KV
+
+    @property
+    def type_v(self) -> str:
+        return self.cache_type_v or self.kv or DEFAULT_KV
 
 
 def device_index(device: str, cuda_count: int | None = None) -> int:
@@ -169,7 +206,6 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
 DEFAULT_MAX_QUEUE = 32          # requests waiting behind the running one; more get 503
 DEFAULT_PREFIX_CACHE_GB = 4.0   # host memory for prefix snapshots (0 = off)
-DEFAULT_SERVE_MAX_CTX = 8192    # context per request (prompt + reply) when --max-ctx is not given
 
 
 @dataclass

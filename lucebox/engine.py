@@ -17,6 +17,7 @@ from typing import Callable, Iterator, Sequence
 import numpy as np
 
 from ._native import Handle, device_count
+from . import memory_plan as planner
 from .config import EngineConfig, GenerationConfig, device_index
 from .decode import Step
 from .sampling import Sampler
@@ -69,14 +70,16 @@ class Engine:
             if target is None:
                 target, draft = _default_models(draft)
             config = EngineConfig(target=target, draft=draft, **options)
-        self.config = config
         if not config.target.is_file():
             raise FileNotFoundError(f"target GGUF not found: {config.target}")
         device = device_index(config.device, cuda_count=device_count())
-        self._handle = Handle(config.target, config.draft, max_ctx=config.max_ctx, kv_type=config.kv,
-                              device=device, n_threads=config.n_threads, ubatch=config.ubatch,
+        # concrete max_ctx, KV types and ubatch, from the memory plan when there is a budget
+        config, self.memory_plan = planner.resolve(config, device)
+        self.config = config
+        self._handle = Handle(config.target, config.draft, max_ctx=config.max_ctx, type_k=config.type_k,
+                              type_v=config.type_v, device=device, n_threads=config.n_threads, ubatch=config.ubatch,
                               max_tree=config.max_tree, log_level=config.log_level,
-                              batch_invariant=config.batch_invariant)
+                              batch_invariant=config.batch_invariant, draft_window=config.draft_window)
         self.info = self._handle.info()
         self._drafter = (NativeDrafter(self._handle, self.info["block_size"])
                          if self.info["has_draft"] else None)
@@ -119,6 +122,10 @@ class Engine:
         if self._handle is None:
             raise RuntimeError("Engine is closed")
         return self._handle
+
+    def memory(self) -> dict[str, int]:
+        """Bytes the engine holds now, by part: weights, draft, kv, recurrent, tree, draft_cache, compute."""
+        return self._h().memory()
 
     @property
     def has_draft(self) -> bool:
@@ -190,9 +197,10 @@ class Engine:
                              f"got {kind}") from None
         return [int(t) for t in prompt]
 
-    def _prefill(self, ids: list[int], stats: GenerationStats, sampler=None) -> int:
+    def _prefill(self, ids: list[int], stats: GenerationStats, sampler=None, progress=None,
+                 chunk_tokens: int | None = None) -> int:
         """Bring the caches to `ids`, reusing the cached prefix; return the next token (the argmax,
-        or with a sampler the token drawn at position len(ids))."""
+        or with a sampler the token drawn at position len(ids)). progress: see prefill()."""
         if not ids:
             raise ValueError("prompt is empty")
         n_cached = len(self._cache_tokens)
@@ -205,40 +213,51 @@ class Engine:
             # the draw needs the last prompt token's row, which no cache keeps: feed the prompt again
             self.reset()
             n_cached = 0
-        new = ids[n_cached:]
+        new = np.asarray(ids[n_cached:], np.int32)
         t0 = time.perf_counter()
         first = self._pending
-        if new and sampler is None:
-            self._pending = first = self._h().prefill(np.asarray(new, np.int32))
-        elif new:
+        if progress is not None and new.size:
+            new = self._feed_in_chunks(new, progress, chunk_tokens or self.config.ubatch)
+        if new.size and sampler is None:
+            self._pending = first = self._h().prefill(new)
+        elif new.size:
             sampler.set_window(0, ids)
-            self._pending = self._h().prefill_sampled(np.asarray(new, np.int32), sampler.io)
+            self._pending = self._h().prefill_sampled(new, sampler.io)
             first = sampler.pick(0, len(ids), self._h().processed_row)
-        if new:
+        if progress is not None and len(ids) > n_cached:
+            progress(len(ids) - n_cached, len(ids) - n_cached)
+        if len(ids) > n_cached:
             self._cache_tokens = list(ids)
         stats.prefill_s = time.perf_counter() - t0
-        stats.prompt_tokens = len(new)
+        stats.prompt_tokens = len(ids) - n_cached
         return first
 
-    def prefill(self, prompt, progress: Callable[[int, int], None] | None = None, chunk_tokens: int = 512) -> int:
+    def _feed_in_chunks(self, new: np.ndarray, progress, chunk: int) -> np.ndarray:
+        """Prefill all but the last chunk of `new`, `chunk` tokens per call, calling progress(done,
+        total) before each; returns the rest. Batch invariance makes any split give the bits of one call."""
+        total = new.size
+        done = 0
+        while total - done > chunk:
+            progress(done, total)
+            self._h().prefill(new[done:done + chunk])
+            done += chunk
+        progress(done, total)
+        return new[done:]
+
+    def prefill(self, prompt, progress: Callable[[int, int], None] | None = None,
+                chunk_tokens: int | None = None) -> int:
         """Bring the caches to `prompt` (reusing the cached prefix); returns the next token.
         A generate() on the same prompt afterwards prefills nothing.
 
-        progress(done, total): called after each `chunk_tokens` of the prompt are in the caches (a
-        progress bar for long prompts); the caches end the same either way (batch-invariant kernels)."""
+        progress(done, total): None, or a callable told how many of the `total` prompt tokens not
+        cached yet are in the caches: (0, total) first, again after each `chunk_tokens` tokens (None:
+        config.ubatch, the native micro-batch), and (total, total) at the end; a progress bar for long
+        prompts. The caches end the same for any chunking (batch-invariant kernels)."""
         ids = self.encode_prompt(prompt)
-        if progress is not None and chunk_tokens < 1:
-            raise ValueError(f"chunk_tokens must be >= 1, got {chunk_tokens}")
+        _check_chunk_tokens(chunk_tokens)
         with self.lock:
             self._epoch += 1  # a paused stream must not continue from these caches
-            if progress is None:
-                return self._transaction(self._prefill, ids, GenerationStats(mode="ar"))
-            reused = len(self._cache_tokens) if ids[:len(self._cache_tokens)] == self._cache_tokens else 0
-            ends = list(range(reused + chunk_tokens, len(ids), chunk_tokens)) + [len(ids)]
-            for end in ends:
-                first = self._transaction(self._prefill, ids[:end], GenerationStats(mode="ar"))
-                progress(end, len(ids))
-            return first
+            return self._transaction(self._prefill, ids, GenerationStats(mode="ar"), None, progress, chunk_tokens)
 
     @property
     def cached_tokens(self) -> tuple[int, ...]:
@@ -286,8 +305,11 @@ class Engine:
             return self._last_generation
 
     def stream(self, prompt, max_new_tokens: int = 256, *, drafter: Drafter | None = None,
+               progress: Callable[[int, int], None] | None = None, chunk_tokens: int | None = None,
                **options) -> Iterator[str]:
-        """Yield text as tokens commit. The finished Generation is in `last_generation`."""
+        """Yield text as tokens commit. The finished Generation is in `last_generation`.
+        progress, chunk_tokens: the prompt's prefill progress (see prefill())."""
+        _check_chunk_tokens(chunk_tokens)
         gen = GenerationConfig(max_new_tokens=max_new_tokens, **options)
         mode = gen.mode
         drafter = drafter or self._drafter
@@ -311,7 +333,7 @@ class Engine:
         text = ""
         finish = "length"
         with self.lock:
-            last = self._transaction(self._prefill, ids, stats, sampler)
+            last = self._transaction(self._prefill, ids, stats, sampler, progress, chunk_tokens)
             self._epoch += 1  # after _prefill, whose reset() bumps it too: this stream owns the engine now
             epoch = self._epoch
         t_start = time.perf_counter()
@@ -399,6 +421,12 @@ def _default_models(draft) -> tuple[Path, Path | None]:
     if models.source == "embedded":
         warnings.warn(demo_notice("pass a GGUF path: Engine(target, draft=...)"), stacklevel=3)
     return models.target, models.draft
+
+
+def _check_chunk_tokens(chunk_tokens) -> None:
+    if chunk_tokens is not None and (isinstance(chunk_tokens, bool) or not isinstance(chunk_tokens, (int, np.integer))
+                                     or chunk_tokens < 1):
+        raise ValueError(f"chunk_tokens must be an integer >= 1 (or None: config.ubatch), got {chunk_tokens!r}")
 
 
 def _find_stop(text: str, stops: Sequence[str], new_from: int) -> int | None:

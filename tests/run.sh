@@ -59,6 +59,7 @@ if [ $# -eq 0 ] && [ "${LUCEBOX_CUDA:-OFF}" != ON ] && [ "${LUCEBOX_CPU_VARIANTS
     echo "tests/run.sh: lossless tests again on the AVX2 build (no AVX-512) in $VARIANT"
     build "$VARIANT" -DGGML_NATIVE=OFF
     run_pytest "$VARIANT" tests/test_tree_ops.py tests/test_target.py tests/test_engine.py tests/test_draft.py \
-        tests/test_default_pair.py tests/test_engine_sampling.py tests/test_state.py || rc=$?
+        tests/test_default_pair.py tests/test_engine_sampling.py tests/test_state.py tests/test_draft_window.py \
+        tests/test_kv_types.py tests/test_prefill_chunks.py || rc=$?
 fi
 exit "$rc"

@@ -258,6 +258,16 @@ def test_run_kv_types(tiny_pair, reference):
         assert result.exit_code == 0, result.output
 
 
+def test_run_draft_window(tiny_pair, reference):
+    # a draft window of 8 tokens changes what the draft proposes, not the text
+    result = CliRunner().invoke(main, ["run", "-p", "Hello", "-n", "12", "--mode", "ddtree", "--draft-window", "8",
+                                       "--threads", "1", *_models(tiny_pair)])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
+    bad = CliRunner().invoke(main, ["run", "-p", "Hello", "--draft-window", "-1", *_models(tiny_pair)])
+    assert bad.exit_code == 2 and "--draft-window" in bad.output
+
+
 def test_run_subprocess_env_models_and_stdin(tiny_pair, reference, tmp_path):
     # no flags: $LUCEBOX_TARGET / $LUCEBOX_DRAFT, prompt on stdin, as a user's shell runs it
     env = _env(LUCEBOX_TARGET=str(tiny_pair[0]), LUCEBOX_DRAFT=str(tiny_pair[1]),
@@ -307,21 +317,27 @@ def test_chat_reads_lines_from_a_pipe(tiny_pair):
     assert "2 turns]" in done.stderr and "Traceback" not in done.stderr
 
 
-def test_chunked_prefill_under_a_progress_bar_changes_nothing(tiny_pair, monkeypatch):
+def test_chunked_prefill_under_a_progress_bar_changes_nothing(tiny_pair, capsys, monkeypatch):
     from lucebox import cli
     from lucebox.engine import Engine
 
     monkeypatch.setattr(cli, "PREFILL_BAR_MIN", 10)
-    monkeypatch.setattr(cli, "PREFILL_CHUNK", 16)
     monkeypatch.setattr(sys.stderr, "isatty", lambda: True, raising=False)
-    with Engine(tiny_pair[0], draft=tiny_pair[1], max_ctx=512, device="cpu") as engine:
+    with Engine(tiny_pair[0], draft=tiny_pair[1], max_ctx=512, device="cpu", n_threads=1, ubatch=16) as engine:
         ids = engine.encode_prompt("word " * 40)
         reference = engine.generate(ids, 12, mode="ddtree").tokens
         engine.reset()
-        assert cli._prefill_with_progress(engine, ids) > 0
-        gen = engine.generate(ids, 12, mode="ddtree")
-    assert gen.stats.prompt_tokens == 0  # all of the prompt was already in the caches
-    assert gen.tokens == reference
+        calls, bar = [], cli._PrefillBar()
+
+        def progress(done: int, total: int) -> None:
+            calls.append((done, total))
+            bar(done, total)
+
+        gen = engine.generate(ids, 12, mode="ddtree", progress=progress)
+    assert gen.tokens == reference and gen.stats.prompt_tokens == len(ids)
+    # one call per micro-batch fed, then the end
+    assert calls == [(done, len(ids)) for done in range(0, len(ids), 16)] + [(len(ids), len(ids))]
+    assert "prefill" in capsys.readouterr().err  # the bar was drawn (tqdm on stderr)
 
 
 # --- hostile input (issue 15): one line, never a traceback -----------------------------------

@@ -430,7 +430,9 @@ def test_lb_draft_matches_reference(tmp_path, tiny_gguf, tiny_hf_dir, tiny_draft
     tref = ref.TargetReference(tgt, dref.draft.target_layer_ids)
     prompt = [3, 17, 42, 9, 100, 7, 7, 8, 55, 21, 30, 31, 2]
     K = 4
-    with Handle(tiny_gguf["f32"], draft_dir, max_ctx=256, device=0 if ON_GPU else -1) as h:
+    # the reference attends to the whole context: so must the draft (a sliding_window in its config
+    # would otherwise be its context window, tests/test_draft_window.py)
+    with Handle(tiny_gguf["f32"], draft_dir, max_ctx=256, device=0 if ON_GPU else -1, draft_window=256) as h:
         rows = h.info()["block_size"] - 1
         ids, logp = np.zeros((rows, K), np.int32), np.zeros((rows, K), np.float32)
         last, feats = h.prefill(prompt), None

@@ -758,11 +758,14 @@ def test_prefill_progress_reports_chunks_and_changes_nothing(tiny_pair):
         reference = engine.generate(ids, 12, mode="ddtree").tokens
         engine.reset()
         calls = []
-        first = engine.prefill(ids[:30])  # a cached prefix: chunks count from its end
+        first = engine.prefill(ids[:30])  # a cached prefix: only the 40 tokens after it count
         assert engine.prefill(ids, progress=lambda done, total: calls.append((done, total)), chunk_tokens=16) \
             == engine.prefill(ids)
-        assert calls == [(46, 70), (62, 70), (70, 70)] and isinstance(first, int)
+        assert calls == [(0, 40), (16, 40), (32, 40), (40, 40)] and isinstance(first, int)
         gen = engine.generate(ids, 12, mode="ddtree")
         assert gen.stats.prompt_tokens == 0 and gen.tokens == reference
+        for bad in (0, -3, 2.5, True):
+            with pytest.raises(ValueError, match="chunk_tokens"):
+                engine.prefill(ids, progress=print, chunk_tokens=bad)
         with pytest.raises(ValueError, match="chunk_tokens"):
-            engine.prefill(ids, progress=print, chunk_tokens=0)
+            engine.generate(ids, 4, chunk_tokens=0)

@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define LB_ABI_VERSION 2
+#define LB_ABI_VERSION 3
 
 /* status codes */
 #define LB_OK              0
@@ -43,11 +43,17 @@ extern "C" {
 #define LB_E_BACKEND      -8  /* ggml backend / graph compute failure                            */
 #define LB_E_STATE        -9  /* call out of order (e.g. commit without verify, draft w/o draft) */
 
-/* KV cache element types */
+/* KV cache element types (lb_params.type_k / type_v, llama.cpp's --cache-type-k / -v).
+   Bytes per element: f32 4, f16 / bf16 2, q8_0 34/32, q4_0 18/32. */
 #define LB_KV_F16   0
 #define LB_KV_Q8_0  1
 #define LB_KV_Q4_0  2
 #define LB_KV_F32   3  /* exact reference arithmetic (tests); 2x the bytes of f16 */
+#define LB_KV_BF16  4
+
+/* The draft's context window when neither lb_params.draft_window nor the draft's config.json
+   (sliding_window) names one: the reference implementation's feature ring. */
+#define LB_DRAFT_WINDOW_DEFAULT 4096
 
 /* log levels for lb_params.log_level (messages go to stderr) */
 #define LB_LOG_QUIET 0
@@ -61,7 +67,9 @@ typedef struct lb_params {
     const char * target_path;  /* GGUF file of the target (arch qwen35); required                 */
     const char * draft_path;   /* DFlash draft folder (config.json + *.safetensors) or NULL       */
     int32_t max_ctx;           /* tokens of context to allocate (KV cache rows)                   */
-    int32_t kv_type;           /* LB_KV_*                                                          */
+    int32_t type_k;            /* LB_KV_* of the K cache (llama.cpp's type_k)                     */
+    int32_t type_v;            /* LB_KV_* of the V cache: any pair on the CPU; on CUDA for now only
+                                  type_v == type_k (LB_E_UNSUPPORTED otherwise)                     */
     int32_t device;            /* -1: CPU; >= 0: CUDA device index                                */
     int32_t n_threads;         /* CPU threads; <= 0: all cores                                    */
     int32_t ubatch;            /* prefill micro-batch (tokens per graph)                          */
@@ -72,6 +80,11 @@ typedef struct lb_params {
                                   speculative output equals AR output bit for bit. 0: on CUDA, the
                                   faster batch-dependent kernels (outputs may part at near-ties). The
                                   CPU kernels are always invariant. CUDA: process-wide (ggml-cuda's). */
+    int32_t draft_window;      /* W: the draft attends to at most the last W committed tokens, whose K/V
+                                  it keeps in a ring of W rows (memory O(W), not O(max_ctx)). 0: the
+                                  draft config's sliding_window, else LB_DRAFT_WINDOW_DEFAULT; W >=
+                                  max_ctx keeps the whole context. Only the draft's proposals (hence
+                                  acceptance) depend on it, never the output.                          */
 } lb_params;
 
 typedef struct lb_model_info {
@@ -85,7 +98,34 @@ typedef struct lb_model_info {
     int32_t mask_token_id;     /* draft mask token (-1 without draft)                             */
     int32_t max_tree;
     int32_t device;            /* as loaded: -1 CPU, else the CUDA device                         */
+    int32_t draft_window;      /* rows of the draft's context ring: min(W, max_ctx); 0 without draft */
+    int32_t n_ctx_train;       /* the target's trained context length (GGUF context_length)        */
+    int32_t type_k;            /* LB_KV_* as loaded                                                */
+    int32_t type_v;
 } lb_model_info;
+
+/*
+ * Memory by what holds it, in bytes of the engine's device (GPU memory on CUDA, host memory on the
+ * CPU): lb_memory_get reports what a loaded engine holds now, lb_memory_plan what one would hold
+ * at most without loading anything.
+ */
+typedef struct lb_memory {
+    int64_t weights;           /* target weights (CPU: the mapped GGUF + converted / stacked copies) */
+    int64_t draft;             /* draft weights (0 without draft)                                  */
+    int64_t kv;                /* target KV cache: K and V rows of every full-attention layer      */
+    int64_t recurrent;         /* DeltaNet conv windows and recurrent states                       */
+    int64_t tree;              /* tree-verify scratch and the captured target features             */
+    int64_t draft_cache;       /* the draft's context ring (its K/V of the last W tokens)          */
+    int64_t compute;           /* graph compute buffers (prefill, step, verify, commit, draft)     */
+} lb_memory;
+
+/* The largest calls lb_memory_plan sizes the compute buffers for. */
+typedef struct lb_plan_shape {
+    int32_t verify_nodes;      /* nodes of the largest lb_verify tree (budget + 1), <= max_tree    */
+    int32_t draft_top_k;       /* lb_draft's top_k                                                 */
+    int32_t n_candidates;      /* sampled calls' lb_sampling.n_candidates; 0: greedy calls only    */
+    int32_t penalty_slots;     /* sampled calls' lb_sampling.penalty_slots                         */
+} lb_plan_shape;
 
 /*
  * Sampling tail of lb_prefill_sampled / lb_verify_sampled: for each output row the target's
@@ -124,14 +164,35 @@ LB_API const char * lb_last_error(void);
 /* Number of CUDA devices this build can use (0 in a CPU-only build). Never fails. */
 LB_API int32_t lb_device_count(void);
 
-/* Fill *p with defaults (max_ctx 4096, f16 KV, CPU, all threads, ubatch 512, max_tree 64, invariant). */
+/* Memory of `device` (-1: the host) as ggml reports it: free and total bytes. ggml counts all of
+   the host's physical memory as free; on CUDA, free is what the driver has left now. */
+LB_API int32_t lb_device_memory(int32_t device, int64_t * free_bytes, int64_t * total_bytes);
+
+/* Fill *p with defaults (max_ctx 4096, f16 KV, CPU, all threads, ubatch 512, max_tree 64, invariant,
+   draft_window 0 = from the draft's config). */
 LB_API void lb_params_default(lb_params * p);
 
 /* Load the target (and draft, if p->draft_path) and allocate caches. *out is set on success. */
 LB_API int32_t lb_load(const lb_params * p, lb_engine ** out);
 
+/*
+ * What lb_load(p) would hold at most, by part, without loading anything: the GGUF's metadata and
+ * the draft's config.json and safetensors headers are read and checked as lb_load does (same
+ * errors); the same tensors are laid out, and the same graphs sized, for p->max_ctx KV rows: a
+ * prefill micro-batch of p->ubatch tokens, the AR step and a verify of s->verify_nodes nodes (each
+ * with and without the sampling tail), every commit up to the draft's block size, the draft's
+ * largest append and its proposal over a full ring. An engine holds this once each kind of call
+ * has run at full depth. Not counted: what a backend allocates outside ggml's buffers (the CUDA
+ * context, cuBLAS workspace, kernel scratch pools) and host memory of the calling process.
+ */
+LB_API int32_t lb_memory_plan(const lb_params * p, const lb_plan_shape * s, lb_memory * out);
+
 /* Sizes and current position. */
 LB_API int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out);
+
+/* What the engine holds now, by part (see lb_memory). Compute buffers grow to the largest graph
+   each kind of call has run so far. */
+LB_API int32_t lb_memory_get(const lb_engine * e, lb_memory * out);
 
 /* Forget everything committed (P = 0). */
 LB_API int32_t lb_reset(lb_engine * e);
@@ -210,7 +271,7 @@ LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t
  * layer's recurrent state and conv window, and the draft's context (its K/V ring rows, which
  * position each slot holds, its P). It does not hold `last` (the caller keeps it) nor a pending
  * verify. The blob is opaque host memory, valid only for an engine loaded with the same files,
- * max_ctx, kv_type and device kind.
+ * max_ctx, type_k, type_v, draft_window and device kind.
  *
  * lb_state_size:  *out_bytes = the size lb_state_save needs now (grows with P).
  * lb_state_save:  writes the snapshot into buf[cap] (bytes), *out_written = its size.

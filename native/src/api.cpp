@@ -5,6 +5,8 @@
 
 #include "engine.hpp"
 #include "error.hpp"
+#include "load_params.hpp"
+#include "memory_plan.hpp"
 #include "lucebox.h"
 
 namespace {
@@ -48,18 +50,30 @@ LB_API int32_t lb_abi_version(void) { return LB_ABI_VERSION; }
 
 LB_API const char * lb_last_error(void) { return t_last_error.c_str(); }
 
+LB_API int32_t lb_device_memory(int32_t device, int64_t * free_bytes, int64_t * total_bytes) {
+    if (!free_bytes || !total_bytes) return fail(LB_E_INVALID_ARG, "lb_device_memory: outputs must not be NULL");
+    return guarded([&] {
+        size_t free = 0, total = 0;
+        ggml_backend_dev_memory(lb::device_of(device), &free, &total);
+        *free_bytes = int64_t(free);
+        *total_bytes = int64_t(total);
+    });
+}
+
 LB_API void lb_params_default(lb_params * p) {
     if (!p) return;
     p->target_path = nullptr;
     p->draft_path = nullptr;
     p->max_ctx = 4096;
-    p->kv_type = LB_KV_F16;
+    p->type_k = LB_KV_F16;
+    p->type_v = LB_KV_F16;
     p->device = -1;
     p->n_threads = 0;
     p->ubatch = 512;
     p->max_tree = 64;
     p->log_level = LB_LOG_ERROR;
     p->batch_invariant = 1;
+    p->draft_window = 0;
 }
 
 LB_API int32_t lb_load(const lb_params * p, lb_engine ** out) {
@@ -79,10 +93,21 @@ LB_API int32_t lb_load(const lb_params * p, lb_engine ** out) {
     return LB_OK;
 }
 
+LB_API int32_t lb_memory_plan(const lb_params * p, const lb_plan_shape * s, lb_memory * out) {
+    if (!p || !s || !out) return fail(LB_E_INVALID_ARG, "lb_memory_plan: params, shape and out must not be NULL");
+    return guarded([&] { *out = lb::plan_memory(*p, *s); });
+}
+
 LB_API int32_t lb_model_info_get(const lb_engine * e, lb_model_info * out) {
     LB_NEED_ENGINE(e, "lb_model_info_get");
     if (!out) return fail(LB_E_INVALID_ARG, "lb_model_info_get: out must not be NULL");
     return guarded([&] { *out = e->info(); });
+}
+
+LB_API int32_t lb_memory_get(const lb_engine * e, lb_memory * out) {
+    LB_NEED_ENGINE(e, "lb_memory_get");
+    if (!out) return fail(LB_E_INVALID_ARG, "lb_memory_get: out must not be NULL");
+    return guarded([&] { *out = e->memory(); });
 }
 
 LB_API int32_t lb_reset(lb_engine * e) {

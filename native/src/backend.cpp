@@ -100,6 +100,24 @@ void alloc_graph_or_throw(ggml_gallocr_t galloc, ggml_cgraph * gf, ggml_backend_
                               ggml_backend_name(backend) + "; " + fix);
 }
 
+void mark_placed(ggml_context * ctx) {
+    // any non-null, well-aligned address: it only marks the tensor as having memory
+    alignas(64) static uint8_t stand_in[64];
+    for (ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t)) {
+        if (t->data) continue;
+        t->data = t->view_src ? static_cast<uint8_t *>(t->view_src->data ? t->view_src->data : stand_in) + t->view_offs
+                              : stand_in;
+    }
+}
+
+size_t plan_graph_bytes(ggml_cgraph * gf, ggml_backend_buffer_type_t buft) {
+    ggml_gallocr_ptr galloc(ggml_gallocr_new(buft));
+    check(galloc != nullptr, LB_E_OOM, "cannot create a graph allocator to plan memory");
+    size_t bytes = 0;
+    ggml_gallocr_reserve_n_size(galloc.get(), gf, nullptr, nullptr, &bytes);
+    return bytes;
+}
+
 void backend_init(Backend & b, int32_t device, int32_t n_threads, bool batch_invariant) {
     // checked for every device: a bogus value is a mistake even where the CPU threads go unused
     const int32_t most = max_cpu_threads();

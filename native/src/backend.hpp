@@ -56,6 +56,13 @@ ggml_backend_buffer_ptr alloc_tensors_or_throw(ggml_context * ctx, ggml_backend_
 void alloc_graph_or_throw(ggml_gallocr_t galloc, ggml_cgraph * gf, ggml_backend_t backend, const std::string & what,
                           const std::string & fix);
 
+// Memory planning. mark_placed: gives every tensor of ctx that has no memory a stand-in address, so
+// a graph allocator treats it as placed elsewhere (weights, caches) and sizes only the graph's own
+// tensors; the address is never read (plan_graph_bytes plans offsets only). plan_graph_bytes: the
+// compute buffer ggml_gallocr would allocate for gf in buffers of `buft`.
+void mark_placed(ggml_context * ctx);
+size_t plan_graph_bytes(ggml_cgraph * gf, ggml_backend_buffer_type_t buft);
+
 // Tags a graph that will be computed again unchanged (same tensors, same addresses; only input
 // values differ), so ggml-cuda replays its captured CUDA graph without re-checking every node
 // (~1 MB of node properties per 64-layer decode step). Needs ggml's internal ggml-impl.h on the

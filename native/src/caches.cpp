@@ -31,7 +31,7 @@ ggml_context_ptr new_meta_context(size_t n_tensors) {
 // dequantizes strided quantized K/V with strides counted in whole blocks (a 136-byte Q8_0 row
 // padded to 144 would be read as 4 blocks of 34 bytes, then wrong from the second row on).
 // One spare row at the end: ggml sizes a tensor as its last row's bytes, not a padded stride,
-// and the F32 alias that moves whole rows (cache_init) must stay inside the allocation.
+// and the F32 alias that moves whole rows (commit) must stay inside the allocation.
 ggml_tensor * new_padded_rows(ggml_context * ctx, ggml_type type, int64_t row_elems, int64_t rows) {
     ggml_tensor * t = ggml_new_tensor_2d(ctx, type, row_elems, rows + 1);
     const size_t row = ggml_row_size(type, row_elems);
@@ -53,12 +53,12 @@ size_t TargetCache::bytes() const {
     return n;
 }
 
-void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, int32_t max_ctx, ggml_type kv_type,
-                int32_t max_tree) {
-    const TargetHparams & hp = m.hp;
+void cache_layout(TargetCache & c, const TargetHparams & hp, int32_t max_ctx, ggml_type type_k, ggml_type type_v,
+                  int32_t max_tree) {
     c.rows = pad_kv_rows(max_ctx);
     c.max_tree = max_tree;
-    c.kv_type = kv_type;
+    c.type_k = type_k;
+    c.type_v = type_v;
     const size_t n_layer = size_t(hp.n_layer);
     c.k.assign(n_layer, nullptr); c.v.assign(n_layer, nullptr);
     c.k_raw.assign(n_layer, nullptr); c.v_raw.assign(n_layer, nullptr);
@@ -66,10 +66,10 @@ void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, 
     c.tree_qkv.assign(n_layer, nullptr); c.tree_g.assign(n_layer, nullptr); c.tree_beta.assign(n_layer, nullptr);
 
     const int64_t kv_row = int64_t(hp.head_dim) * hp.n_head_kv;
-    if (ggml_blck_size(kv_type) > 1) {
-        check(hp.head_dim % ggml_blck_size(kv_type) == 0, LB_E_UNSUPPORTED,
-              std::string("KV type ") + ggml_type_name(kv_type) + " needs a head size that is a multiple of " +
-                  std::to_string(ggml_blck_size(kv_type)) + " (this model: " + std::to_string(hp.head_dim) + "); use f16");
+    for (ggml_type t : {type_k, type_v}) {
+        check(hp.head_dim % ggml_blck_size(t) == 0, LB_E_UNSUPPORTED,
+              std::string("KV type ") + ggml_type_name(t) + " needs a head size that is a multiple of " +
+                  std::to_string(ggml_blck_size(t)) + " (this model: " + std::to_string(hp.head_dim) + "); use f16");
     }
 
     // one context per buffer (KV, state, tree scratch): the state buffer alone is cleared on reset
@@ -84,10 +84,13 @@ void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, 
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         const std::string s = std::to_string(il);
         if (!hp.recurrent[size_t(il)]) {
-            c.k[size_t(il)] = new_padded_rows(ctx_kv, kv_type, kv_row, c.rows);
-            c.v[size_t(il)] = new_padded_rows(ctx_kv, kv_type, kv_row, c.rows);
-            ggml_set_name(c.k[size_t(il)], ("cache_k." + s).c_str());
-            ggml_set_name(c.v[size_t(il)], ("cache_v." + s).c_str());
+            ggml_tensor * k = c.k[size_t(il)] = new_padded_rows(ctx_kv, type_k, kv_row, c.rows);
+            ggml_tensor * v = c.v[size_t(il)] = new_padded_rows(ctx_kv, type_v, kv_row, c.rows);
+            ggml_set_name(k, ("cache_k." + s).c_str());
+            ggml_set_name(v, ("cache_v." + s).c_str());
+            // F32 views of the same rows (placed onto them by cache_alloc): commit moves rows through these
+            c.k_raw[size_t(il)] = ggml_new_tensor_2d(c.alias_ctx.get(), GGML_TYPE_F32, int64_t(k->nb[1] / 4), c.rows);
+            c.v_raw[size_t(il)] = ggml_new_tensor_2d(c.alias_ctx.get(), GGML_TYPE_F32, int64_t(v->nb[1] / 4), c.rows);
         } else {
             const int64_t C = hp.conv_channels(), S = hp.head_v_dim, H = hp.n_v_heads;
             c.conv[size_t(il)] = ggml_new_tensor_2d(ctx_state, GGML_TYPE_F32, hp.d_conv - 1, C);
@@ -99,21 +102,26 @@ void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, 
             ggml_set_name(c.ssm[size_t(il)], ("cache_ssm." + s).c_str());
         }
     }
-    if (hp.n_attn_layers() > 0) c.kv_buf = alloc_or_throw(c.ctx, backend, "KV cache");
-    if (hp.n_recurrent_layers() > 0) {
+}
+
+void cache_alloc(TargetCache & c, ggml_backend_t backend) {
+    if (ggml_get_first_tensor(c.ctx.get())) c.kv_buf = alloc_or_throw(c.ctx, backend, "KV cache");
+    if (ggml_get_first_tensor(c.state_ctx.get())) {
         c.state_buf = alloc_or_throw(c.state_ctx, backend, "DeltaNet state");
         c.tree_buf = alloc_or_throw(c.tree_ctx, backend, "tree verify scratch");
     }
-
-    for (int32_t il = 0; il < hp.n_layer; ++il) {
-        for (int kv = 0; kv < 2; ++kv) {
-            ggml_tensor * t = kv ? c.v[size_t(il)] : c.k[size_t(il)];
-            if (!t) continue;
-            ggml_tensor * raw = ggml_new_tensor_2d(c.alias_ctx.get(), GGML_TYPE_F32, int64_t(t->nb[1] / 4), c.rows);
-            ggml_backend_tensor_alloc(c.kv_buf.get(), raw, t->data);
-            (kv ? c.v_raw : c.k_raw)[size_t(il)] = raw;
-        }
+    for (size_t il = 0; il < c.k.size(); ++il) {
+        if (!c.k[il]) continue;
+        ggml_backend_tensor_alloc(c.kv_buf.get(), c.k_raw[il], c.k[il]->data);
+        ggml_backend_tensor_alloc(c.kv_buf.get(), c.v_raw[il], c.v[il]->data);
     }
+}
+
+CacheBytes cache_plan_bytes(const TargetCache & c, ggml_backend_buffer_type_t buft) {
+    const auto bytes = [&](ggml_context * ctx) {
+        return ctx && ggml_get_first_tensor(ctx) ? ggml_backend_alloc_ctx_tensors_from_buft_size(ctx, buft) : 0;
+    };
+    return {bytes(c.ctx.get()), bytes(c.state_ctx.get()), bytes(c.tree_ctx.get()), bytes(c.capture_ctx.get())};
 }
 
 void cache_clear_state(TargetCache & c) {
@@ -134,7 +142,7 @@ void cache_set_capture(TargetCache & c, ggml_backend_t backend, int32_t n_embd, 
         ggml_set_name(t, ("capture." + std::to_string(layers[j])).c_str());
         c.capture.push_back(t);
     }
-    c.capture_buf = alloc_or_throw(c.capture_ctx, backend, "captured features");
+    if (backend) c.capture_buf = alloc_or_throw(c.capture_ctx, backend, "captured features");
 }
 
 }  // namespace lb

@@ -1,8 +1,8 @@
 // caches.hpp: everything the target remembers between calls, on the backend.
 //
-//   KV cache (full-attention layers): k[il], v[il] = [head_dim*n_head_kv, rows] of kv_type; slot p
-//     holds the token at position p. Rows are padded to 16 bytes so k_raw/v_raw, F32 views of the
-//     same bytes, can move rows bit-exactly whatever kv_type is (commit).
+//   KV cache (full-attention layers): k[il] = [head_dim*n_head_kv, rows] of type_k, v[il] the same
+//     of type_v; slot p holds the token at position p. Rows are padded to 16 bytes so k_raw/v_raw,
+//     F32 views of the same bytes, can move rows bit-exactly whatever the types are (commit).
 //   Recurrent state (Gated DeltaNet layers): conv[il] = [d_conv-1, conv_channels] f32, the last
 //     d_conv-1 pre-conv inputs (oldest first); ssm[il] = [S, S, n_v_heads] f32, the delta-rule state.
 //   Tree scratch (Gated DeltaNet layers): the last verify's per-node pre-conv inputs and gates,
@@ -26,7 +26,8 @@ namespace lb {
 struct TargetCache {
     int32_t rows = 0;              // KV slots: max_ctx rounded up to kKvPad
     int32_t max_tree = 0;
-    ggml_type kv_type = GGML_TYPE_F16;
+    ggml_type type_k = GGML_TYPE_F16;
+    ggml_type type_v = GGML_TYPE_F16;
 
     std::vector<ggml_tensor *> k, v;           // per layer; nullptr for DeltaNet layers
     std::vector<ggml_tensor *> k_raw, v_raw;   // per layer; F32 [row_bytes/4, rows] aliases
@@ -48,14 +49,24 @@ struct TargetCache {
     size_t bytes() const;
 };
 
-// Allocates and zeroes every cache. Throws Error(LB_E_OOM) naming the size that did not fit.
-void cache_init(TargetCache & c, const TargetModel & m, ggml_backend_t backend, int32_t max_ctx,
-                ggml_type kv_type, int32_t max_tree);
+// Lays out every cache's tensors (no memory yet): what cache_alloc places, and what the memory
+// planner sizes (cache_plan_bytes). Throws Error(LB_E_UNSUPPORTED) for a KV type the head size rules out.
+void cache_layout(TargetCache & c, const TargetHparams & hp, int32_t max_ctx, ggml_type type_k, ggml_type type_v,
+                  int32_t max_tree);
+// Allocates and zeroes the laid-out caches. Throws Error(LB_E_OOM) naming the size that did not fit.
+void cache_alloc(TargetCache & c, ggml_backend_t backend);
+
+// Bytes the laid-out caches take in buffers of `buft` (what cache_alloc and cache_set_capture allocate).
+struct CacheBytes {
+    size_t kv = 0, state = 0, tree = 0, capture = 0;
+};
+CacheBytes cache_plan_bytes(const TargetCache & c, ggml_backend_buffer_type_t buft);
 
 // Zeroes the recurrent state (conv + ssm): the state of an empty prefix. KV rows need no reset.
 void cache_clear_state(TargetCache & c);
 
-// (Re)allocates the capture tensors for `layers` (0-based target layers), `rows` columns each.
+// (Re)creates the capture tensors for `layers` (0-based target layers), `rows` columns each, and
+// allocates them on `backend` (nullptr: lays them out only, for the memory planner).
 void cache_set_capture(TargetCache & c, ggml_backend_t backend, int32_t n_embd, const std::vector<int32_t> & layers,
                        int32_t rows);
 

@@ -107,13 +107,11 @@ void read_rope(const Reader & r, DraftConfig & cfg) {
 
 void read_attention_layout(const Reader & r, DraftConfig & cfg) {
     const bool use_sliding = r.optional_bool(Reader::get(&r.top, "use_sliding_window"), "use_sliding_window", false);
+    const json::Value * w = json::find(r.top, "sliding_window");
+    if (w && !w->is_null()) cfg.sliding_window = int32_t(r.as_int(w, "sliding_window", 1, int64_t(1) << 30));
     // Qwen3Config: sliding_window defaults to 4096 but is dropped unless use_sliding_window.
     int32_t window = 0;
-    if (use_sliding) {
-        const json::Value * w = json::find(r.top, "sliding_window");
-        if (!w) window = 4096;
-        else if (!w->is_null()) window = int32_t(r.as_int(w, "sliding_window", 1, int64_t(1) << 30));
-    }
+    if (use_sliding) window = w ? cfg.sliding_window : 4096;
     const int32_t max_window_layers = r.optional_int(Reader::get(&r.top, "max_window_layers"), "max_window_layers", 28, 0);
     std::vector<bool> sliding(cfg.n_layer, false);
     if (const json::Value * lt = Reader::get(&r.top, "layer_types")) {

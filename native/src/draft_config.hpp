@@ -40,6 +40,9 @@ struct DraftConfig {
     float output_multiplier = 1.0f;
     float logit_softcap = 0.0f;   // 0: off
     std::vector<DraftLayerAttn> attn;  // [n_layer]
+    // config.json's top-level sliding_window when it is a number (whether or not use_sliding_window
+    // applies it to layers), else 0: the default context window of the engine's draft ring
+    int32_t sliding_window = 0;
 
     int32_t n_feat() const { return int32_t(target_layer_ids.size()) * n_embd; }  // fc input width
     bool any_sliding() const;

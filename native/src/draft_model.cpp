@@ -1,4 +1,4 @@
-// draft_model.cpp: loading, the context cache, and the append (context projection) graph.
+// draft_model.cpp: loading (and its memory plan), the context cache, and the append (context projection) graph.
 #include "draft_model.hpp"
 
 #include <algorithm>
@@ -18,13 +18,17 @@ namespace {
 // Tokens per append graph: bounds the fc input (n_feat floats per token) for long prefills.
 constexpr int32_t kAppendChunk = 256;
 
-void check_target_tensor(ggml_backend_t backend, const ggml_tensor * t, const char * what, int32_t n_embd) {
-    if (!t || !t->buffer) throw Error(LB_E_INVALID_ARG, std::string("draft: the target's ") + what + " is not loaded");
+void check_target_shape(const ggml_tensor * t, const char * what, int32_t n_embd) {
+    if (!t) throw Error(LB_E_INVALID_ARG, std::string("draft: the target's ") + what + " is missing");
     if (t->ne[0] != n_embd) {
         throw Error(LB_E_MISMATCH, std::string("draft does not fit the target: the target's ") + what + " rows have " +
                                             std::to_string(t->ne[0]) + " values, the draft's hidden_size is " +
                                             std::to_string(n_embd));
     }
+}
+
+void check_target_placement(ggml_backend_t backend, const ggml_tensor * t, const char * what) {
+    if (!t->buffer) throw Error(LB_E_INVALID_ARG, std::string("draft: the target's ") + what + " is not loaded");
     if (!ggml_backend_supports_buft(backend, ggml_backend_buffer_get_type(t->buffer))) {
         throw Error(LB_E_UNSUPPORTED, std::string("draft: the target's ") + what + " lives in a " +
                                                ggml_backend_buffer_name(t->buffer) + " buffer that " +
@@ -34,30 +38,31 @@ void check_target_tensor(ggml_backend_t backend, const ggml_tensor * t, const ch
 
 }  // namespace
 
-std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backend_t backend,
-                                             const DraftTarget & target, const DraftOptions & opt) {
-    if (!backend) throw Error(LB_E_INVALID_ARG, "draft: no backend");
+// Everything but memory: config, its fit to the target's shapes, the context cache's tensors, the
+// attention kernel `dev` runs, the mask kinds. load() then places weights and cache; plan() sizes them.
+std::unique_ptr<DraftModel> DraftModel::layout(const std::string & dir, ggml_backend_dev_t dev,
+                                               const DraftTarget & target, const DraftOptions & opt) {
     if (opt.kv_type != GGML_TYPE_F16 && opt.kv_type != GGML_TYPE_F32) {
         throw Error(LB_E_INVALID_ARG, "draft: context cache type must be F16 or F32");
     }
-    if (opt.ctx_size < 1) throw Error(LB_E_INVALID_ARG, "draft: ctx_size must be >= 1");
+    if (opt.ctx_size < 0 || opt.ctx_limit < 1) throw Error(LB_E_INVALID_ARG, "draft: ctx_size must be >= 0");
     std::unique_ptr<DraftModel> m(new DraftModel());
-    m->backend_ = backend;
     m->target_ = target;
     m->cfg_ = draft_config_load(dir);
     const DraftConfig & c = m->cfg_;
-    check_target_tensor(backend, target.tok_embd, "token embedding", c.n_embd);
-    check_target_tensor(backend, target.output, "output matrix", c.n_embd);
+    check_target_shape(target.tok_embd, "token embedding", c.n_embd);
+    check_target_shape(target.output, "output matrix", c.n_embd);
     m->n_vocab_ = int32_t(target.output->ne[1]);
     if (target.tok_embd->ne[1] < m->n_vocab_) {
         throw Error(LB_E_MISMATCH, "draft: the target's token embedding has fewer rows than its output matrix");
     }
     draft_config_check_target(c, int32_t(target.tok_embd->ne[0]), m->n_vocab_, target.n_layer);
-    m->weights_ = draft_weights_load(dir, c, backend, opt.weight_type);
 
-    m->ctx_size_ = opt.ctx_size;
-    m->rows_ = pad_kv_rows(opt.ctx_size + c.block_size);
-    m->slot_pos_.assign(size_t(opt.ctx_size), -1);
+    const int32_t window = opt.ctx_size > 0 ? opt.ctx_size : c.sliding_window > 0 ? c.sliding_window
+                                                                                  : LB_DRAFT_WINDOW_DEFAULT;
+    m->ctx_size_ = std::min(window, opt.ctx_limit);
+    m->rows_ = pad_kv_rows(m->ctx_size_ + c.block_size);
+    m->slot_pos_.assign(size_t(m->ctx_size_), -1);
     ggml_init_params ip = {ggml_tensor_overhead() * size_t(2 * c.n_layer), nullptr, true};
     m->kv_ctx_.reset(ggml_init(ip));
     if (!m->kv_ctx_) throw Error(LB_E_OOM, "draft: cannot create the cache context");
@@ -66,25 +71,57 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backe
         m->k_cache_.push_back(ggml_new_tensor_2d(m->kv_ctx_.get(), opt.kv_type, kv_dim, m->rows_));
         m->v_cache_.push_back(ggml_new_tensor_2d(m->kv_ctx_.get(), opt.kv_type, kv_dim, m->rows_));
     }
-    m->kv_buf_ = alloc_tensors_or_throw(m->kv_ctx_.get(), backend, "draft's context cache (" + std::to_string(m->rows_) + " rows)",
-                                        "lower max_ctx");
-    // Rows past the live ones are masked out, but 0 * NaN would still poison the attention sum.
-    ggml_backend_buffer_clear(m->kv_buf_.get(), 0);
 
     using Attention = DraftOptions::Attention;
-    m->use_flash_ = opt.attention != Attention::plain && m->flash_supported();
+    m->use_flash_ = opt.attention != Attention::plain && m->flash_supported(dev);
     if (opt.attention == Attention::flash && !m->use_flash_) {
-        throw Error(LB_E_UNSUPPORTED, std::string("draft: ") + ggml_backend_name(backend) +
+        throw Error(LB_E_UNSUPPORTED, std::string("draft: ") + ggml_backend_dev_name(dev) +
                                           " has no flash-attention kernel for head_dim " + std::to_string(c.head_dim));
     }
-    m->galloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
-    if (!m->galloc_) throw Error(LB_E_OOM, "draft: cannot create the graph allocator");
     m->init_mask_kinds();
     return m;
 }
 
-// Asks the backend about a flash-attention node of the propose graph's shapes (largest key count).
-bool DraftModel::flash_supported() const {
+std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backend_t backend,
+                                             const DraftTarget & target, const DraftOptions & opt) {
+    if (!backend) throw Error(LB_E_INVALID_ARG, "draft: no backend");
+    std::unique_ptr<DraftModel> m = layout(dir, ggml_backend_get_device(backend), target, opt);
+    m->backend_ = backend;
+    check_target_placement(backend, target.tok_embd, "token embedding");
+    check_target_placement(backend, target.output, "output matrix");
+    m->weights_ = draft_weights_load(dir, m->cfg_, backend, opt.weight_type);
+    m->kv_buf_ = alloc_tensors_or_throw(m->kv_ctx_.get(), backend,
+                                        "draft's context cache (" + std::to_string(m->rows_) + " rows)", "lower max_ctx");
+    // Rows past the live ones are masked out, but 0 * NaN would still poison the attention sum.
+    ggml_backend_buffer_clear(m->kv_buf_.get(), 0);
+    m->galloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
+    if (!m->galloc_) throw Error(LB_E_OOM, "draft: cannot create the graph allocator");
+    return m;
+}
+
+DraftMemory DraftModel::plan(const std::string & dir, ggml_backend_dev_t dev, const DraftTarget & target,
+                             const DraftOptions & opt, const std::vector<ggml_tensor *> & feats, int32_t max_append,
+                             int32_t top_k) {
+    std::unique_ptr<DraftModel> m = layout(dir, dev, target, opt);
+    m->weights_ = draft_weights_layout(dir, m->cfg_, opt.weight_type);
+    ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(dev);
+    DraftMemory out;
+    out.weights = ggml_backend_alloc_ctx_tensors_from_buft_size(m->weights_->ctx.get(), buft);
+    out.cache = ggml_backend_alloc_ctx_tensors_from_buft_size(m->kv_ctx_.get(), buft);
+    mark_placed(m->weights_->ctx.get());
+    mark_placed(m->kv_ctx_.get());
+    // the largest append (a prefill micro-batch or an accepted path, in ring-sized chunks) and the
+    // propose over a full ring share one allocator: its buffer is the larger graph's
+    GraphMeta ga(m->graph_nodes());
+    m->build_append(ga.ctx.get(), ga.gf, &feats, std::min({max_append, kAppendChunk, m->ctx_size_}));
+    GraphMeta gp(m->graph_nodes());
+    m->build_propose(gp.ctx.get(), gp.gf, m->rows_, std::min(top_k, m->n_vocab_));
+    out.compute = std::max(plan_graph_bytes(ga.gf, buft), plan_graph_bytes(gp.gf, buft));
+    return out;
+}
+
+// Asks the device about a flash-attention node of the propose graph's shapes (largest key count).
+bool DraftModel::flash_supported(ggml_backend_dev_t dev) const {
     const DraftConfig & c = cfg_;
     ggml_init_params p = {ggml_tensor_overhead() * 8, nullptr, true};
     const ggml_context_ptr owned(ggml_init(p));
@@ -97,11 +134,15 @@ bool DraftModel::flash_supported() const {
     ggml_tensor * mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, rows_, B);
     ggml_tensor * fa = ggml_flash_attn_ext(ctx, q, k, v, mask, 1.0f, 0.0f, 0.0f);
     const BatchDependentKernels as_in_propose;  // the kernels propose() runs with
-    return ggml_backend_supports_op(backend_, fa);
+    return ggml_backend_dev_supports_op(dev, fa);
 }
 
 size_t DraftModel::cache_bytes() const {
     return kv_buf_ ? ggml_backend_buffer_get_size(kv_buf_.get()) : 0;
+}
+
+size_t DraftModel::compute_bytes() const {
+    return galloc_ ? ggml_gallocr_get_buffer_size(galloc_.get(), 0) : 0;
 }
 
 ggml_tensor * DraftModel::rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w) const {
@@ -163,28 +204,26 @@ ggml_tensor * DraftModel::project_context(ggml_context * ctx, ggml_tensor * feat
     return rms(ctx, matmul(ctx, weights_->fc, feat_cat), weights_->hidden_norm);
 }
 
-// n tokens landing in consecutive ring slots (the caller splits at the wrap).
-void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const int32_t * rows, const float * host,
-                              int32_t n) {
+// The append graph of n tokens: feats, device features gathered by row (AppendGraph::rows), or
+// nullptr for host features (AppendGraph::host).
+DraftModel::AppendGraph DraftModel::build_append(ggml_context * ctx, ggml_cgraph * gf,
+                                                 const std::vector<ggml_tensor *> * feats, int32_t n) const {
     const DraftConfig & c = cfg_;
-    const int32_t slot0 = n_past_ % ctx_size_;
-    GraphMeta g(graph_nodes(), &meta_append_);
-    ggml_context * ctx = g.ctx.get();
-
-    ggml_tensor * pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
-    ggml_tensor * slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
-    ggml_set_input(pos);
-    ggml_set_input(slots);
-    ggml_tensor * host_in = nullptr, * rows_in = nullptr, * cat = nullptr;
-    if (host) {
-        host_in = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.n_feat(), n);
-        ggml_set_input(host_in);
-        cat = host_in;
+    AppendGraph g;
+    g.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+    g.slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
+    ggml_set_input(g.pos);
+    ggml_set_input(g.slots);
+    ggml_tensor * cat = nullptr;
+    if (!feats) {
+        g.host = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.n_feat(), n);
+        ggml_set_input(g.host);
+        cat = g.host;
     } else {
-        rows_in = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
-        ggml_set_input(rows_in);
+        g.rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+        ggml_set_input(g.rows);
         for (ggml_tensor * f : *feats) {
-            ggml_tensor * part = ggml_get_rows(ctx, f, rows_in);  // [ne0, n] F32
+            ggml_tensor * part = ggml_get_rows(ctx, f, g.rows);  // [ne0, n] F32
             cat = cat ? ggml_concat(ctx, cat, part, 0) : part;
         }
     }
@@ -195,14 +234,23 @@ void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const in
         ggml_tensor * k = matmul(ctx, L.attn_qkv[1], h);
         if (L.bk) k = ggml_add(ctx, k, L.bk);
         k = rms(ctx, ggml_reshape_3d(ctx, k, c.head_dim, c.n_head_kv, n), L.k_norm);
-        k = ggml_rope_ext(ctx, k, pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
+        k = ggml_rope_ext(ctx, k, g.pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
                           0.0f, 1.0f, 0.0f, 0.0f);
         ggml_tensor * v = matmul(ctx, L.attn_qkv[2], h);
         if (L.bv) v = ggml_add(ctx, v, L.bv);
-        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, n), slots));
-        ggml_build_forward_expand(g.gf, ggml_set_rows(ctx, v_cache_[l], v, slots));
+        ggml_build_forward_expand(gf, ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, n), g.slots));
+        ggml_build_forward_expand(gf, ggml_set_rows(ctx, v_cache_[l], v, g.slots));
     }
-    alloc_graph_or_throw(galloc_.get(), g.gf, backend_, "draft's append graph", "lower max_ctx or ubatch");
+    return g;
+}
+
+// n tokens landing in consecutive ring slots (the caller splits at the wrap).
+void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const int32_t * rows, const float * host,
+                              int32_t n) {
+    const int32_t slot0 = n_past_ % ctx_size_;
+    GraphMeta meta(graph_nodes(), &meta_append_);
+    const AppendGraph g = build_append(meta.ctx.get(), meta.gf, host ? nullptr : feats, n);
+    alloc_graph_or_throw(galloc_.get(), meta.gf, backend_, "draft's append graph", "lower max_ctx or ubatch");
 
     std::vector<int32_t> pos_v(static_cast<size_t>(n));
     std::vector<int64_t> slot_v(static_cast<size_t>(n));
@@ -210,11 +258,11 @@ void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const in
         pos_v[i] = n_past_ + i;
         slot_v[i] = slot0 + i;
     }
-    ggml_backend_tensor_set(pos, pos_v.data(), 0, ggml_nbytes(pos));
-    ggml_backend_tensor_set(slots, slot_v.data(), 0, ggml_nbytes(slots));
-    if (host) ggml_backend_tensor_set(host_in, host, 0, ggml_nbytes(host_in));
-    if (rows_in) ggml_backend_tensor_set(rows_in, rows, 0, ggml_nbytes(rows_in));
-    compute(g.gf, "append");
+    ggml_backend_tensor_set(g.pos, pos_v.data(), 0, ggml_nbytes(g.pos));
+    ggml_backend_tensor_set(g.slots, slot_v.data(), 0, ggml_nbytes(g.slots));
+    if (g.host) ggml_backend_tensor_set(g.host, host, 0, ggml_nbytes(g.host));
+    if (g.rows) ggml_backend_tensor_set(g.rows, rows, 0, ggml_nbytes(g.rows));
+    compute(meta.gf, "append");
     for (int32_t i = 0; i < n; ++i) slot_pos_[size_t(slot0 + i)] = n_past_ + i;
     n_past_ += n;
 }

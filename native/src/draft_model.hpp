@@ -13,7 +13,8 @@
 //
 // Engine wiring (see engine.hpp's draft hooks):
 //   lb_load   d = DraftModel::load(draft_path, backend, {tok_embd, output, hp.n_layer},
-//                                  {keep, F16 on CUDA / F32 on CPU, ctx_size = max_ctx});
+//                                  {keep, F16 on CUDA / F32 on CPU, ctx_size = draft_window,
+//                                   ctx_limit = max_ctx});
 //             set_capture_layers(d->config().target_layer_ids); info: block_size, mask_token_id
 //   commit    on_commit(rows, n) -> d->append(capture tensors, rows, n): after each prefill
 //             micro-batch and step (rows = nullptr) and after lb_commit (rows = the path's nodes)
@@ -21,6 +22,7 @@
 //   lb_reset  d->reset()
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,12 +48,28 @@ struct DraftTarget {
 struct DraftOptions {
     DraftWeightType weight_type = DraftWeightType::keep;
     ggml_type kv_type = GGML_TYPE_F16;  // context K/V storage: F16 or F32 (F32: exact tests on CPU)
-    // Context rows kept. >= the engine's max_ctx reproduces the reference exactly; smaller keeps a
-    // ring of the most recent tokens (full-attention draft layers then see only those).
-    int32_t ctx_size = 4096;
+    // Context rows kept: a ring of the most recent tokens (full-attention draft layers then see
+    // only those); >= the engine's max_ctx reproduces the reference exactly. 0: the config's
+    // sliding_window, else LB_DRAFT_WINDOW_DEFAULT. At most ctx_limit rows either way.
+    int32_t ctx_size = 0;
+    int32_t ctx_limit = INT32_MAX;
     // Attention kernel: auto = flash attention where the backend supports the shapes, else plain
     // ops (tests force either to cover both).
     enum class Attention { automatic, flash, plain } attention = Attention::automatic;
+};
+
+// The k best entries of each row of logits [n, R] (unordered) and their log-softmax, as
+// (logit - max) - log(sum(exp(logit - max))): finite for every entry. The row maximum is the best
+// of the k picks. (ggml-cuda selects k <= 32 in one pass over the row: vendor/patches/0007.)
+struct TopKLogProbs {
+    ggml_tensor * ids;   // [k, R] i32, unordered
+    ggml_tensor * logp;  // [k, R] f32
+};
+TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t k);
+
+// What a loaded draft holds, in bytes of one buffer type (DraftModel::plan).
+struct DraftMemory {
+    size_t weights = 0, cache = 0, compute = 0;
 };
 
 class DraftModel {
@@ -60,14 +78,22 @@ public:
     // Throws Error (LB_E_IO / FORMAT / UNSUPPORTED / MISMATCH / OOM / INVALID_ARG).
     static std::unique_ptr<DraftModel> load(const std::string & dir, ggml_backend_t backend,
                                             const DraftTarget & target, const DraftOptions & opt);
+    // What load() on `dev` would hold, without memory: weights, context cache, and the compute
+    // buffer once the largest append (max_append tokens of `feats`, the target's capture tensors,
+    // which may be unplaced) and a propose over a full ring with top_k candidates have run.
+    static DraftMemory plan(const std::string & dir, ggml_backend_dev_t dev, const DraftTarget & target,
+                            const DraftOptions & opt, const std::vector<ggml_tensor *> & feats, int32_t max_append,
+                            int32_t top_k);
     ~DraftModel() = default;
     DraftModel(const DraftModel &) = delete;
     DraftModel & operator=(const DraftModel &) = delete;
 
     const DraftConfig & config() const { return cfg_; }
     int32_t n_past() const { return n_past_; }   // tokens whose features are in the context
+    int32_t ctx_size() const { return ctx_size_; }  // ring slots: the most recent tokens it keeps
     size_t weight_bytes() const { return weights_->nbytes(); }
     size_t cache_bytes() const;
+    size_t compute_bytes() const;  // the graph buffer: the largest append / propose graph so far
     void reset() { n_past_ = 0; }                 // forget the context (lb_reset)
 
     // The context as bytes (state.cpp's snapshots): n_past, each live slot's position, then per
@@ -96,15 +122,35 @@ public:
 private:
     DraftModel() = default;
     size_t graph_nodes() const { return 1024 + size_t(cfg_.n_layer) * 64; }
+    static std::unique_ptr<DraftModel> layout(const std::string & dir, ggml_backend_dev_t dev,
+                                              const DraftTarget & target, const DraftOptions & opt);
+    // The append graph's inputs (the graph itself is in meta_append_): positions and ring slots of
+    // the n tokens, and their features as host rows or as device columns to gather.
+    struct AppendGraph {
+        ggml_tensor * pos = nullptr;    // i32 [n]
+        ggml_tensor * slots = nullptr;  // i64 [n]
+        ggml_tensor * host = nullptr;   // f32 [n_feat, n] (host features) or nullptr
+        ggml_tensor * rows = nullptr;   // i32 [n] (device features) or nullptr
+    };
+    AppendGraph build_append(ggml_context * ctx, ggml_cgraph * gf, const std::vector<ggml_tensor *> * feats,
+                             int32_t n) const;
     void append_chunk(const std::vector<ggml_tensor *> * feats, const int32_t * rows, const float * host,
                       int32_t n);
     ggml_tensor * project_context(ggml_context * ctx, ggml_tensor * feat_cat) const;
     ggml_tensor * rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w) const;
     void compute(ggml_cgraph * gf, const char * what);
-    bool flash_supported() const;
+    bool flash_supported(ggml_backend_dev_t dev) const;
 
-    // propose(), in stages (draft_propose.cpp)
-    struct ProposeGraph;
+    // propose(), in stages (draft_propose.cpp). The propose graph's inputs and outputs (the graph
+    // itself is in meta_propose_).
+    struct ProposeGraph {
+        int32_t n_kv = 0;                    // context cache rows attended (live context + block, padded)
+        ggml_tensor * toks = nullptr;        // i32 [B]: last, then mask tokens
+        ggml_tensor * pos = nullptr;         // i32 [B]: positions P..P+B-1
+        ggml_tensor * slots = nullptr;       // i64 [B]: cache rows the block's K/V go to
+        std::vector<ggml_tensor *> masks;    // f16 [n_kv, B] per mask kind
+        TopKLogProbs top{};                  // [K, B-1] each
+    };
     void init_mask_kinds();
     ProposeGraph build_propose(ggml_context * ctx, ggml_cgraph * gf, int32_t n_kv, int32_t top_k) const;
     ggml_tensor * block_layer(ggml_context * ctx, const ProposeGraph & g, int32_t l, ggml_tensor * x) const;
@@ -145,14 +191,4 @@ private:
         std::vector<float> logp;           // [B-1, K]
     } host_;
 };
-
-// The k best entries of each row of logits [n, R] (unordered) and their log-softmax, as
-// (logit - max) - log(sum(exp(logit - max))): finite for every entry. The row maximum is the best
-// of the k picks. (ggml-cuda selects k <= 32 in one pass over the row: vendor/patches/0007.)
-struct TopKLogProbs {
-    ggml_tensor * ids;   // [k, R] i32, unordered
-    ggml_tensor * logp;  // [k, R] f32
-};
-TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t k);
-
 }  // namespace lb

@@ -65,16 +65,6 @@ void DraftModel::fill_mask(const DraftLayerAttn & kind, int32_t n_valid, int32_t
 // ---------------------------------------------------------------------------------------------
 // propose: block -> draft layers -> target output matrix -> top-k log-probs
 
-// The propose graph's inputs and outputs (the graph itself is in meta_propose_).
-struct DraftModel::ProposeGraph {
-    int32_t n_kv = 0;                    // context cache rows attended (live context + block, padded)
-    ggml_tensor * toks = nullptr;        // i32 [B]: last, then mask tokens
-    ggml_tensor * pos = nullptr;         // i32 [B]: positions P..P+B-1
-    ggml_tensor * slots = nullptr;       // i64 [B]: cache rows the block's K/V go to
-    std::vector<ggml_tensor *> masks;    // f16 [n_kv, B] per mask kind
-    TopKLogProbs top{};                  // [K, B-1] each
-};
-
 void DraftModel::init_mask_kinds() {
     mask_of_layer_.assign(size_t(cfg_.n_layer), 0);
     for (int32_t l = 0; l < cfg_.n_layer; ++l) {

@@ -181,9 +181,12 @@ size_t DraftWeights::nbytes() const {
     return buffer ? ggml_backend_buffer_get_size(buffer.get()) : 0;
 }
 
-std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const DraftConfig & cfg,
-                                                 ggml_backend_t backend, DraftWeightType wtype) {
-    const SafetensorsSet st = SafetensorsSet::open_dir(dir);
+namespace {
+
+// Lays out every tensor of the checkpoint `st` (checked against cfg); *pending: where each one's
+// data comes from.
+std::unique_ptr<DraftWeights> build_weights(const SafetensorsSet & st, const DraftConfig & cfg, DraftWeightType wtype,
+                                            std::vector<Pending> * pending) {
     reject_dflash2(st);
     // Saved from DFlashDraftModel the names have no prefix; accept a wrapper's "model." too.
     std::string prefix;
@@ -222,10 +225,27 @@ std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const 
         L.ffn_down = b.get(p + "mlp.down_proj.weight", {E, F}, true);
         w->layers.push_back(L);
     }
+    *pending = std::move(b.pending);
+    return w;
+}
+
+}  // namespace
+
+std::unique_ptr<DraftWeights> draft_weights_layout(const std::string & dir, const DraftConfig & cfg,
+                                                   DraftWeightType wtype) {
+    std::vector<Pending> pending;
+    return build_weights(SafetensorsSet::open_dir(dir), cfg, wtype, &pending);
+}
+
+std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const DraftConfig & cfg,
+                                                 ggml_backend_t backend, DraftWeightType wtype) {
+    const SafetensorsSet st = SafetensorsSet::open_dir(dir);
+    std::vector<Pending> pending;
+    std::unique_ptr<DraftWeights> w = build_weights(st, cfg, wtype, &pending);
     w->buffer = alloc_tensors_or_throw(w->ctx.get(), backend, "draft weights",
                                        "free memory, or load the draft with a smaller weight type (q8_0)");
     ggml_backend_buffer_set_usage(w->buffer.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
-    for (const Pending & p : b.pending) upload(st, p);
+    for (const Pending & p : pending) upload(st, p);
     return w;
 }
 

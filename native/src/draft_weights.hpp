@@ -57,5 +57,8 @@ struct DraftWeights {
 // LB_E_UNSUPPORTED (dtype, DFlash2 tensors), LB_E_OOM (device allocation).
 std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const DraftConfig & cfg,
                                                  ggml_backend_t backend, DraftWeightType wtype);
+// The same tensors laid out from the checkpoint's headers, with no data (the memory planner's).
+std::unique_ptr<DraftWeights> draft_weights_layout(const std::string & dir, const DraftConfig & cfg,
+                                                   DraftWeightType wtype);
 
 }  // namespace lb

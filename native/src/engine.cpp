@@ -1,69 +1,35 @@
-// engine.cpp: lb_engine's calls. Argument checks happen here, before anything touches ggml.
+// engine.cpp: lb_engine's calls. Arguments are checked before anything touches ggml (lb_params: load_params.cpp).
 #include "engine.hpp"
 
 #include <algorithm>
 #include <cstring>
 
 #include "error.hpp"
+#include "load_params.hpp"
 
 using lb::Error;
 using lb::check;
 
-namespace {
-
-constexpr int32_t kMaxCtxLimit = 1 << 24;
-constexpr int32_t kMaxTreeLimit = 4096;
-constexpr int32_t kMaxUbatchLimit = 1 << 16;  // tokens per prefill graph; mirrors config.MAX_UBATCH
-
-ggml_type kv_type_from_lb(int32_t t) {
-    switch (t) {
-        case LB_KV_F16: return GGML_TYPE_F16;
-        case LB_KV_Q8_0: return GGML_TYPE_Q8_0;
-        case LB_KV_Q4_0: return GGML_TYPE_Q4_0;
-        case LB_KV_F32: return GGML_TYPE_F32;
-        default:
-            throw Error(LB_E_INVALID_ARG, "kv_type " + std::to_string(t) +
-                                              " is unknown; use LB_KV_F16, LB_KV_Q8_0, LB_KV_Q4_0 or LB_KV_F32");
-    }
-}
-
-// ggml-cuda kernels are instantiated for these sizes only (and abort on others).
-void check_cuda_shapes(const lb::TargetHparams & hp) {
-    const int32_t S = hp.head_v_dim, K = hp.d_conv;
-    check(S == 16 || S == 32 || S == 64 || S == 128, LB_E_UNSUPPORTED,
-          "DeltaNet head size " + std::to_string(S) + " has no CUDA kernel (16, 32, 64, 128); use device -1 (CPU)");
-    check(K == 3 || K == 4 || K == 5 || K == 9 || K == 15, LB_E_UNSUPPORTED,
-          "conv kernel " + std::to_string(K) + " has no CUDA kernel (3, 4, 5, 9, 15); use device -1 (CPU)");
-}
-
-}  // namespace
-
 void lb_engine::load(const lb_params & p) {
     lb::set_log_level(p.log_level);
-    check(p.target_path != nullptr && p.target_path[0] != '\0', LB_E_INVALID_ARG,
-          "lb_params.target_path is empty; pass the path of a qwen35 GGUF");
-    check(p.max_ctx >= 1 && p.max_ctx <= kMaxCtxLimit, LB_E_INVALID_ARG,
-          "max_ctx " + std::to_string(p.max_ctx) + " is out of range [1, " + std::to_string(kMaxCtxLimit) + "]");
-    check(p.ubatch >= 1 && p.ubatch <= kMaxUbatchLimit, LB_E_INVALID_ARG,
-          "ubatch " + std::to_string(p.ubatch) + " is out of range [1, " + std::to_string(kMaxUbatchLimit) + "]");
-    check(p.max_tree >= 1 && p.max_tree <= kMaxTreeLimit, LB_E_INVALID_ARG,
-          "max_tree " + std::to_string(p.max_tree) + " is out of range [1, " + std::to_string(kMaxTreeLimit) + "]");
-    check(p.device >= -1, LB_E_INVALID_ARG, "device must be -1 (CPU) or a CUDA device index");
-    kv_type = kv_type_from_lb(p.kv_type);
+    lb::check_params(p);
+    type_k = lb::kv_type_from_lb(p.type_k, "type_k");
+    type_v = lb::kv_type_from_lb(p.type_v, "type_v");
 
     target_path = p.target_path;
     max_ctx = p.max_ctx;
     ubatch = p.ubatch;
     max_tree = p.max_tree;
-    check(p.batch_invariant == 0 || p.batch_invariant == 1, LB_E_INVALID_ARG,
-          "batch_invariant must be 0 or 1, got " + std::to_string(p.batch_invariant));
+    draft_window = p.draft_window;
 
     lb::backend_init(backend, p.device, p.n_threads, p.batch_invariant != 0);
     model = lb::load_target(target_path, backend.get(), backend.is_cpu());
-    if (!backend.is_cpu()) check_cuda_shapes(model->hp);
-    lb::cache_init(cache, *model, backend.get(), max_ctx, kv_type, max_tree);
-    lb::log_msg(LB_LOG_INFO, "caches: %.1f MiB (%d KV rows, %s)", double(cache.bytes()) / (1 << 20), cache.rows,
-                ggml_type_name(kv_type));
+    if (!backend.is_cpu()) lb::check_cuda_shapes(model->hp);
+    lb::check_kv_types(ggml_backend_get_device(backend.get()), model->hp, type_k, type_v);
+    lb::cache_layout(cache, model->hp, max_ctx, type_k, type_v, max_tree);
+    lb::cache_alloc(cache, backend.get());
+    lb::log_msg(LB_LOG_INFO, "caches: %.1f MiB (%d KV rows, K %s, V %s)", double(cache.bytes()) / (1 << 20),
+                cache.rows, ggml_type_name(type_k), ggml_type_name(type_v));
     if (p.draft_path != nullptr && p.draft_path[0] != '\0') load_draft(p.draft_path);
 }
 
@@ -74,10 +40,7 @@ void lb_engine::load_draft(const std::string & dir) {
     t.tok_embd = model->tok_embd;
     t.output = model->output;
     t.n_layer = model->hp.n_layer;
-    lb::DraftOptions opt;
-    opt.kv_type = backend.is_cpu() ? GGML_TYPE_F32 : GGML_TYPE_F16;
-    opt.ctx_size = max_ctx;
-    draft = lb::DraftModel::load(dir, backend.get(), t, opt);
+    draft = lb::DraftModel::load(dir, backend.get(), t, lb::draft_options(backend.is_cpu(), draft_window, max_ctx));
     set_capture_layers(draft->config().target_layer_ids);
     on_commit = [this](const int32_t * rows, int32_t n) { draft->append(cache.capture, rows, n); };
     on_reset = [this] { draft->reset(); };
@@ -109,6 +72,33 @@ lb_model_info lb_engine::info() const {
     out.mask_token_id = draft ? draft->config().mask_token_id : -1;
     out.max_tree = max_tree;
     out.device = backend.device;
+    out.draft_window = draft ? draft->ctx_size() : 0;
+    out.n_ctx_train = model->hp.n_ctx_train;
+    out.type_k = lb::kv_type_to_lb(type_k);
+    out.type_v = lb::kv_type_to_lb(type_v);
+    return out;
+}
+
+namespace {
+
+int64_t buffer_bytes(const ggml_backend_buffer_ptr & b) { return b ? int64_t(ggml_backend_buffer_get_size(b.get())) : 0; }
+int64_t galloc_bytes(const ggml_gallocr_ptr & g) { return g ? int64_t(ggml_gallocr_get_buffer_size(g.get(), 0)) : 0; }
+
+}  // namespace
+
+lb_memory lb_engine::memory() const {
+    lb_memory out{};
+    for (const ggml_backend_buffer_ptr & b : model->buffers) out.weights += buffer_bytes(b);
+    out.kv = buffer_bytes(cache.kv_buf);
+    out.recurrent = buffer_bytes(cache.state_buf);
+    out.tree = buffer_bytes(cache.tree_buf) + buffer_bytes(cache.capture_buf);
+    for (const ForwardSlot * s : {&prefill_slot_, &step_slot_, &verify_slot_}) out.compute += galloc_bytes(s->galloc);
+    for (const auto & kv : commit_slots_) out.compute += galloc_bytes(kv.second.galloc);
+    if (draft) {
+        out.draft = int64_t(draft->weight_bytes());
+        out.draft_cache = int64_t(draft->cache_bytes());
+        out.compute += int64_t(draft->compute_bytes());
+    }
     return out;
 }
 
@@ -125,7 +115,7 @@ void lb_engine::set_capture_layers(const std::vector<int32_t> & layers) {
         check(l >= 0 && l < model->hp.n_layer, LB_E_INVALID_ARG,
               "capture layer " + std::to_string(l) + " is outside the target's 0.." + std::to_string(model->hp.n_layer - 1));
     }
-    lb::cache_set_capture(cache, backend.get(), model->hp.n_embd, layers, std::max(ubatch, max_tree));
+    lb::cache_set_capture(cache, backend.get(), model->hp.n_embd, layers, lb::capture_rows(ubatch, max_tree));
     ++capture_gen_;  // every cached forward graph is rebuilt on its next use
 }
 

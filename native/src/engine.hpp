@@ -55,7 +55,9 @@ struct lb_engine {
     int32_t max_ctx = 0;
     int32_t ubatch = 0;
     int32_t max_tree = 0;
-    ggml_type kv_type = GGML_TYPE_F16;
+    int32_t draft_window = 0;  // as asked (lb_params.draft_window); the ring is draft->ctx_size()
+    ggml_type type_k = GGML_TYPE_F16;
+    ggml_type type_v = GGML_TYPE_F16;
 
     // --- what the engine owns (destroyed in reverse order) ----------------------------------
     lb::Backend backend;
@@ -94,6 +96,7 @@ struct lb_engine {
     void state_load(const uint8_t * buf, int64_t n);
 
     lb_model_info info() const;
+    lb_memory memory() const;  // lb_memory_get
 
 private:
     // One cached graph per call kind, with its own compute buffer (see GraphSlot); declared after

@@ -23,6 +23,7 @@ public:
     GgufFile & operator=(const GgufFile &) = delete;
 
     const std::string & path() const { return path_; }
+    size_t size() const { return size_; }  // bytes of the file (all of it is mapped)
     std::string where() const { return "target '" + path_ + "'"; }  // message prefix
 
     // metadata; required keys throw when absent, optional ones return dflt

@@ -63,6 +63,8 @@ public:
     TensorLoader(GgufFile & f, TargetModel & m) : f_(f), m_(m) {}
     void create_tensors();
     void upload(ggml_backend_t backend, bool backend_is_cpu);
+    // What upload() allocates in buffers of `buft`: on the CPU the mapped file plus own copies.
+    size_t plan_bytes(ggml_backend_buffer_type_t buft, bool backend_is_cpu);
 
 private:
     ggml_tensor * need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required = true);
@@ -75,6 +77,11 @@ private:
     struct Source { ggml_tensor * t; int64_t gguf_id; bool convert; };
     std::vector<Source> sources_;
     void set_data(const Source & s);
+    // CPU: the tensors that get memory of their own (stacked matrices, whose members are apart in
+    // the file, and converted ones) as (model tensor, its copy in *own, a new metadata context);
+    // `copied` gets their sources. Every other source can point into the mapping.
+    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> own_copies(ggml_context_ptr * own,
+                                                                    std::vector<const Source *> * copied) const;
 };
 
 TargetHparams read_hparams(const GgufFile & f) {
@@ -291,22 +298,12 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
         ggml_backend_buffer_t map_buf = ggml_backend_cpu_buffer_from_ptr(m_.map.addr, m_.map.size);
         check(map_buf != nullptr, LB_E_OOM, "cannot wrap the mapped " + f_.where());
         m_.buffers.emplace_back(map_buf);
-        ggml_init_params ip = {ggml_tensor_overhead() * (sources_.size() + 1), nullptr, true};
-        const ggml_context_ptr own(ggml_init(ip));  // the copies' metadata: freed on return or throw
+        ggml_context_ptr own;                // the copies' metadata: freed on return or throw
+        std::vector<const Source *> copied;  // sources whose data is set below
+        const std::vector<std::pair<ggml_tensor *, ggml_tensor *>> owned = own_copies(&own, &copied);
         ggml_context * own_ctx = own.get();
-        check(own_ctx != nullptr, LB_E_OOM, "cannot create a tensor context for the target");
-        std::vector<std::pair<ggml_tensor *, ggml_tensor *>> owned;  // (model tensor, its copy in own_ctx)
-        std::vector<const Source *> copied;                          // sources whose data is set below
         for (const Source & s : sources_) {
-            if (s.t->view_src) {
-                ggml_tensor * stack = s.t->view_src;
-                const bool seen = std::any_of(owned.begin(), owned.end(), [&](const auto & o) { return o.first == stack; });
-                if (!seen) owned.push_back({stack, ggml_dup_tensor(own_ctx, stack)});
-                copied.push_back(&s);
-            } else if (s.convert) {
-                owned.push_back({s.t, ggml_dup_tensor(own_ctx, s.t)});
-                copied.push_back(&s);
-            } else {
+            if (!s.t->view_src && !s.convert) {
                 const ggml_status st = ggml_backend_tensor_alloc(map_buf, s.t, (void *) src_ptr(s));
                 check(st == GGML_STATUS_SUCCESS, LB_E_BACKEND, "cannot place tensor " + std::string(s.t->name));
             }
@@ -334,6 +331,35 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
     }
 }
 
+std::vector<std::pair<ggml_tensor *, ggml_tensor *>> TensorLoader::own_copies(
+    ggml_context_ptr * own, std::vector<const Source *> * copied) const {
+    ggml_init_params ip = {ggml_tensor_overhead() * (sources_.size() + 1), nullptr, true};
+    own->reset(ggml_init(ip));
+    check(*own != nullptr, LB_E_OOM, "cannot create a tensor context for the target");
+    ggml_context * own_ctx = own->get();
+    std::vector<std::pair<ggml_tensor *, ggml_tensor *>> owned;
+    for (const Source & s : sources_) {
+        if (s.t->view_src) {
+            ggml_tensor * stack = s.t->view_src;
+            const bool seen = std::any_of(owned.begin(), owned.end(), [&](const auto & o) { return o.first == stack; });
+            if (!seen) owned.push_back({stack, ggml_dup_tensor(own_ctx, stack)});
+            copied->push_back(&s);
+        } else if (s.convert) {
+            owned.push_back({s.t, ggml_dup_tensor(own_ctx, s.t)});
+            copied->push_back(&s);
+        }
+    }
+    return owned;
+}
+
+size_t TensorLoader::plan_bytes(ggml_backend_buffer_type_t buft, bool backend_is_cpu) {
+    if (!backend_is_cpu) return ggml_backend_alloc_ctx_tensors_from_buft_size(m_.ctx.get(), buft);
+    ggml_context_ptr own;
+    std::vector<const Source *> copied;
+    const bool any = !own_copies(&own, &copied).empty();
+    return f_.size() + (any ? ggml_backend_alloc_ctx_tensors_from_buft_size(own.get(), buft) : 0);
+}
+
 void TensorLoader::set_data(const Source & s) {
     const char * src = (const char *) f_.tensor_data(s.gguf_id);
     if (s.convert) {
@@ -359,7 +385,12 @@ TargetModel::Mapping::~Mapping() {
     if (addr) munmap(addr, size);
 }
 
-std::unique_ptr<TargetModel> load_target(const std::string & path, ggml_backend_t backend, bool backend_is_cpu) {
+namespace {
+
+// Opens, checks and lays out the target, then hands its loader to `place` (upload, or size) while
+// the file is open.
+template <typename Place>
+std::unique_ptr<TargetModel> read_target(const std::string & path, Place && place) {
     auto m = std::make_unique<TargetModel>();
     m->path = path;
     GgufFile file(path);
@@ -371,7 +402,19 @@ std::unique_ptr<TargetModel> load_target(const std::string & path, ggml_backend_
     m->hp = read_hparams(file);
     TensorLoader loader(file, *m);
     loader.create_tensors();
-    loader.upload(backend, backend_is_cpu);
+    place(loader);
+    return m;
+}
+
+}  // namespace
+
+std::unique_ptr<TargetModel> plan_target(const std::string & path, ggml_backend_buffer_type_t buft, bool backend_is_cpu,
+                                         size_t * weight_bytes) {
+    return read_target(path, [&](TensorLoader & loader) { *weight_bytes = loader.plan_bytes(buft, backend_is_cpu); });
+}
+
+std::unique_ptr<TargetModel> load_target(const std::string & path, ggml_backend_t backend, bool backend_is_cpu) {
+    auto m = read_target(path, [&](TensorLoader & loader) { loader.upload(backend, backend_is_cpu); });
     log_msg(LB_LOG_INFO, "target %s: %d layers (%d full attention), n_embd %d, vocab %d, %.1f MiB of weights",
             path.c_str(), m->hp.n_layer, m->hp.n_attn_layers(), m->hp.n_embd, m->hp.n_vocab,
             double(m->weight_bytes) / (1 << 20));

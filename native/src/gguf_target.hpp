@@ -110,4 +110,9 @@ struct TargetModel {
 // cannot run), LB_E_OOM (device allocation).
 std::unique_ptr<TargetModel> load_target(const std::string & path, ggml_backend_t backend, bool backend_is_cpu);
 
+// The memory planner's target: read and checked as load_target does, its tensors laid out without
+// data; *weight_bytes = what load_target allocates for them in buffers of `buft`.
+std::unique_ptr<TargetModel> plan_target(const std::string & path, ggml_backend_buffer_type_t buft, bool backend_is_cpu,
+                                         size_t * weight_bytes);
+
 }  // namespace lb

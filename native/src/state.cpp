@@ -116,7 +116,8 @@ namespace {
 uint64_t engine_shape_key(const lb::TargetCache & c, int32_t max_ctx, const lb::DraftModel * draft) {
     ShapeKey k;
     k.add(uint64_t(max_ctx));
-    k.add(uint64_t(c.kv_type));
+    k.add(uint64_t(c.type_k));
+    k.add(uint64_t(c.type_v));
     k.add(c.k.size());
     for (size_t il = 0; il < c.k.size(); ++il) {
         k.add(c.k[il] ? c.k[il]->nb[1] : 0);
@@ -176,7 +177,7 @@ void lb_engine::state_load(const uint8_t * buf, int64_t n) {
     check(h.magic == kMagic && h.format == kFormat, LB_E_FORMAT,
           "lb_state_load: not a lucebox snapshot (or one from another lucebox version)");
     check(h.shape_key == engine_shape_key(cache, max_ctx, draft.get()), LB_E_MISMATCH,
-          "lb_state_load: the snapshot comes from an engine of another shape (model, max_ctx, kv_type or draft)");
+          "lb_state_load: the snapshot comes from an engine of another shape (model, max_ctx, KV types or draft)");
     check(h.n_past >= 0 && h.n_past <= max_ctx, LB_E_FORMAT, "lb_state_load: the snapshot's position is corrupt");
     const size_t body = target_bytes(cache, h.n_past);
     check(h.draft_bytes >= 0 && uint64_t(n) == sizeof h + body + uint64_t(h.draft_bytes), LB_E_FORMAT,

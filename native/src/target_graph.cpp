@@ -56,9 +56,8 @@ ggml_tensor * ForwardBuilder::attention(int32_t il, ggml_tensor * x) {
     ggml_tensor * k2d = ggml_view_2d(ctx, k, D * Hkv, n, k->nb[2], 0);
     ggml_tensor * kc = ggml_set_rows(ctx, c.k[size_t(il)], k2d, fg.kv_idx);
     ggml_tensor * vc = ggml_set_rows(ctx, c.v[size_t(il)], v, fg.kv_idx);
-    const size_t head_bytes = ggml_row_size(c.kv_type, D);
-    ggml_tensor * kv_k = ggml_view_3d(ctx, kc, D, s.n_kv, Hkv, c.k[size_t(il)]->nb[1], head_bytes, 0);
-    ggml_tensor * kv_v = ggml_view_3d(ctx, vc, D, s.n_kv, Hkv, c.v[size_t(il)]->nb[1], head_bytes, 0);
+    ggml_tensor * kv_k = ggml_view_3d(ctx, kc, D, s.n_kv, Hkv, c.k[size_t(il)]->nb[1], ggml_row_size(c.type_k, D), 0);
+    ggml_tensor * kv_v = ggml_view_3d(ctx, vc, D, s.n_kv, Hkv, c.v[size_t(il)]->nb[1], ggml_row_size(c.type_v, D), 0);
 
     // Flash attention for every cache type: it visits a query's unmasked key rows in slot order and
     // skips masked ones outright, so a tree node (ancestors at scattered slots, siblings masked) gets

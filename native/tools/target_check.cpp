@@ -43,7 +43,7 @@ int run(int argc, char ** argv) {
     p.target_path = kv["model"].c_str();
     p.max_ctx = 2048;
     const std::string kv_name = get("kv", "f32");
-    p.kv_type = kv_name == "f16" ? LB_KV_F16 : kv_name == "q8_0" ? LB_KV_Q8_0 : LB_KV_F32;
+    p.type_k = p.type_v = kv_name == "f16" ? LB_KV_F16 : kv_name == "q8_0" ? LB_KV_Q8_0 : LB_KV_F32;
     p.device = std::stoi(get("device", "-1"));
     p.n_threads = std::stoi(get("threads", "0"));
     p.ubatch = std::stoi(get("ubatch", "512"));

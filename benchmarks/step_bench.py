@@ -77,9 +77,10 @@ def bench_ar(h: Handle, n_vocab: int, n_gen: int, prompt_len: int, rng) -> dict:
     return {"prefill_tokens": prompt_len, "prefill_s": prefill_s, "tok_s": n_gen / dt, "ms_per_tok": 1e3 * dt / n_gen}
 
 
-def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: int, rng, profiler=None) -> dict:
+def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: int, rng, profiler=None,
+               prompt_tokens: int = 0) -> dict:
     h.reset()
-    n_prompt = ctx - 2 * (gen.budget + 2) * (steps + 8)
+    n_prompt = prompt_tokens or ctx - 2 * (gen.budget + 2) * (steps + 8)
     prompt = rng.integers(0, min(info["n_vocab"], 150000), n_prompt).astype(np.int32)
     t0 = time.perf_counter()
     last = h.prefill(prompt)
@@ -125,6 +126,9 @@ def main() -> None:
                     help="let CUDA pick batch-dependent kernels (lb_params.batch_invariant = 0)")
     ap.add_argument("--copy-gbs", type=float, default=0.0, help="measured copy bandwidth (GB/s)")
     ap.add_argument("--json", help="write results here")
+    ap.add_argument("--prompt-tokens", type=int, default=0,
+                    help="prefill this many tokens (default: fill the context); e.g. to measure memory at a "
+                         "large --ctx without the long prefill")
     ap.add_argument("--profile-host", action="store_true",
                     help="print a cProfile of the speculative steps (Python side) to stderr")
     args = ap.parse_args()
@@ -166,7 +170,7 @@ def main() -> None:
                                    repeat_penalty=args.repeat_penalty, seed=0,
                                    **({"top_p": 0.95, "top_k": 20} if args.temperature > 0 else {}))
             profiler = cProfile.Profile() if args.profile_host else None
-            r = bench_spec(h, h.info(), ctx, gen, args.steps, rng, profiler)
+            r = bench_spec(h, h.info(), ctx, gen, args.steps, rng, profiler, args.prompt_tokens)
             h.close()
             if profiler is not None:  # host-side hot spots (native calls show as their ctypes wrappers)
                 pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(15)

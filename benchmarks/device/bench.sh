@@ -3,7 +3,7 @@
 #   copy bandwidth, llama.cpp llama-bench tg128 vs lucebox AR on a 27B-shaped synthetic Q4_K_M,
 #   per-step speculative timings (27B-shaped random BF16 draft) at 8K and 32K with the batch-invariant
 #   kernels (the default) and at 8K without them, and (LUCEBOX_BENCH_FULL=1, the default) Q8_0-KV AR and
-#   tree-op timings.
+#   tree-op timings; (LUCEBOX_BENCH_LONG=1, the default) memory at 128K / 256K and the planner at 24 GiB.
 #   bash benchmarks/device/bench.sh BUILD_DIR WORK_DIR OUT_DIR
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -59,4 +59,14 @@ if [ "${LUCEBOX_BENCH_FULL:-1}" = 1 ]; then
     python3 benchmarks/step_bench.py --target "$T" --kv q8_0 --n-gen 64 2>&1 | tail -3
     log "tree ops"
     "$BUILD/tree_ops_check" bench --backend cuda 2>&1
+fi
+
+if [ "${LUCEBOX_BENCH_LONG:-1}" = 1 ]; then
+    # memory at 128K and 256K with a q4_0 cache (allocations are made at load, so a short prompt shows the
+    # peak of the caches; the attention scratch at depth is bounded by patch 0009's 128 MiB part budget)
+    log "long context: GPU memory held vs planned at 128K / 256K, q4_0 KV (prompt 4096 tokens)"
+    python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 131072,262144 --kv q4_0 --prompt-tokens 4096 \
+        --n-gen 32 --steps 6 --json "$OUT/step_bench_long.json" 2>&1 | grep "^|"
+    log "the memory planner's choice for a 24 GiB card (max_ctx auto, --vram 24)"
+    python3 -m lucebox run --target "$T" --draft "$D" --device cuda --vram 24 --max-ctx auto -n 4 -p "hello" 2>&1 | tail -15
 fi

@@ -46,9 +46,11 @@ stage_test() {
     log "GPU tests"
     export LUCEBOX_LIB="$BUILD/liblucebox.so" LUCEBOX_TOOLS_DIR="$BUILD" LUCEBOX_TEST_BACKEND=cuda
     # the native modules (tree ops, target oracle, errors, draft parity) and the lossless engine tests
-    local tests=${LUCEBOX_DEVICE_TESTS:-"tests/test_tree_ops.py tests/test_target.py tests/test_native_errors.py
-        tests/test_draft.py tests/test_engine.py tests/test_default_pair.py tests/test_sampling.py
-        tests/test_engine_sampling.py tests/test_state.py"}
+    # (the lossless engine tests first: a short lease cuts the tail)
+    local tests=${LUCEBOX_DEVICE_TESTS:-"tests/test_engine.py tests/test_kv_types.py tests/test_draft_window.py
+        tests/test_prefill_chunks.py tests/test_memory_plan.py tests/test_default_pair.py tests/test_engine_sampling.py
+        tests/test_state.py tests/test_sampling.py tests/test_tree_ops.py tests/test_target.py
+        tests/test_native_errors.py tests/test_draft.py"}
     # shellcheck disable=SC2086
     export LUCEBOX_TEST_CACHE="$WORK/tiny-models"  # the tiny random models, shared with backend_diff
     timeout "${LUCEBOX_TEST_TIMEOUT:-300}" python3 -m pytest -q -rf $tests 2>&1 | tee "$OUT/tests.log" \

@@ -53,12 +53,24 @@ int32_t kv_type_to_lb(ggml_type t) {
 }
 
 // A pair outside the device's kernels fails at load, naming those it has, instead of at the first forward.
+// Whether ggml-cuda's batch-invariant flash attention takes this K/V pair on `dev` (mixed pairs need
+// its tensor-core path); false on any other GPU backend.
+static bool invariant_attention(ggml_backend_dev_t dev, ggml_type k, ggml_type v) {
+#ifdef LUCEBOX_WITH_CUDA
+    ggml_backend_reg_t reg = ggml_backend_cuda_reg();
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
+        if (ggml_backend_reg_dev_get(reg, i) == dev) {
+            return ggml_backend_cuda_invariant_attention_supported(int(i), k, v);
+        }
+    }
+#else
+    (void) dev; (void) k; (void) v;
+#endif
+    return false;
+}
+
 void check_kv_types(ggml_backend_dev_t dev, const TargetHparams & hp, ggml_type type_k, ggml_type type_v) {
     const bool is_cpu = device_is_cpu(dev);
-    // ggml-cuda's batch-invariant attention reads one type for K and V (vendor/patches/0009)
-    check(is_cpu || type_k == type_v, LB_E_UNSUPPORTED,
-          std::string("K cache ") + ggml_type_name(type_k) + " with V cache " + ggml_type_name(type_v) + " is not "
-              "supported on " + ggml_backend_dev_name(dev) + " yet: give both the same type (f16, q8_0 or q4_0)");
     ggml_init_params ip = {ggml_tensor_overhead() * 8, nullptr, true};
     std::unique_ptr<ggml_context, decltype(&ggml_free)> ctx(ggml_init(ip), &ggml_free);
     check(ctx != nullptr, LB_E_OOM, "cannot create a context to check the KV types");
@@ -70,13 +82,14 @@ void check_kv_types(ggml_backend_dev_t dev, const TargetHparams & hp, ggml_type 
         ggml_tensor * mask = ggml_new_tensor_2d(ctx.get(), GGML_TYPE_F16, n_kv, 1);
         const bool ok = ggml_backend_dev_supports_op(dev, ggml_flash_attn_ext(ctx.get(), q, kt, vt, mask, 1.0f, 0.0f, 0.0f));
         ggml_reset(ctx.get());  // metadata only: the next probe reuses the room
-        return ok;
+        // on a GPU the pair must also have a batch-invariant kernel (vendor/patches/0009)
+        return ok && (is_cpu || invariant_attention(dev, k, v));
     };
     if (hp.n_attn_layers() == 0 || runs(type_k, type_v)) return;
     std::string pairs;
     for (ggml_type k : kKvTypes) {
         for (ggml_type v : kKvTypes) {
-            if ((is_cpu || k == v) && runs(k, v)) {
+            if (runs(k, v)) {
                 pairs += std::string(pairs.empty() ? "" : ", ") + ggml_type_name(k) + "/" + ggml_type_name(v);
             }
         }

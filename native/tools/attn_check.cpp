@@ -47,7 +47,8 @@ constexpr int kCopies = 10;
 std::vector<float> attend(ggml_backend_t backend, const Shape & s, ggml_type tk, ggml_type tv, const Problem & p,
                           int reps = 1, double * us = nullptr) {
     ggml_init_params ip = {ggml_tensor_overhead() * (16 + kCopies) + 2 * ggml_graph_overhead(), nullptr, true};
-    ggml_context * ctx = ggml_init(ip);
+    const ggml_context_ptr owned(ggml_init(ip));
+    ggml_context * ctx = owned.get();
     ggml_tensor * kf = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, s.D, s.Hkv, p.n_kv);
     ggml_tensor * vf = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, s.D, s.Hkv, p.n_kv);
     ggml_tensor * kc = ggml_new_tensor_3d(ctx, tk, s.D, s.Hkv, p.n_kv);
@@ -68,7 +69,7 @@ std::vector<float> attend(ggml_backend_t backend, const Shape & s, ggml_type tk,
         o = ggml_flash_attn_ext(ctx, qp, kv_k, kv_v, mask, 1.0f / std::sqrt(float(s.D)), 0.0f, 0.0f);
         ggml_build_forward_expand(g, o);
     }
-    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, backend);
+    const ggml_backend_buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx, backend));
     ggml_backend_tensor_set(kf, p.k.data(), 0, ggml_nbytes(kf));
     ggml_backend_tensor_set(vf, p.v.data(), 0, ggml_nbytes(vf));
     ggml_backend_tensor_set(q, p.q.data(), 0, ggml_nbytes(q));
@@ -90,8 +91,6 @@ std::vector<float> attend(ggml_backend_t backend, const Shape & s, ggml_type tk,
     }
     std::vector<float> out(size_t(p.n_q) * s.H * s.D);
     ggml_backend_tensor_get(o, out.data(), 0, ggml_nbytes(o));  // [D, H, n_q]
-    ggml_backend_buffer_free(buf);
-    ggml_free(ctx);
     return out;
 }
 
@@ -100,20 +99,26 @@ void fill_normal(std::vector<float> & x, std::mt19937 & rng, float sd) {
     for (float & e : x) e = nd(rng);
 }
 
+// unit-normal K, V and queries; every slot hidden
+Problem random_problem(const Shape & s, int n_q, int n_kv, std::mt19937 & rng) {
+    Problem p;
+    p.n_kv = n_kv;
+    p.n_q = n_q;
+    p.k.resize(size_t(n_kv) * s.Hkv * s.D);
+    p.v.resize(p.k.size());
+    p.q.resize(size_t(n_q) * s.H * s.D);
+    fill_normal(p.k, rng, 1.0f);
+    fill_normal(p.v, rng, 1.0f);
+    fill_normal(p.q, rng, 1.0f);
+    p.mask.assign(size_t(n_q) * n_kv, kHidden);
+    return p;
+}
+
 // a committed prefix of n_past slots, then a random tree: node i's parent is a node before it (or the
 // prefix); its slot is n_past + i; masked slots follow up to n_kv
 Problem tree_problem(const Shape & s, int n_past, int n_nodes, int n_kv, std::mt19937 & rng,
                      std::vector<std::vector<int>> & paths) {
-    Problem p;
-    p.n_kv = n_kv;
-    p.n_q = n_nodes;
-    p.k.resize(size_t(n_kv) * s.Hkv * s.D);
-    p.v.resize(p.k.size());
-    p.q.resize(size_t(n_nodes) * s.H * s.D);
-    fill_normal(p.k, rng, 1.0f);
-    fill_normal(p.v, rng, 1.0f);
-    fill_normal(p.q, rng, 1.0f);
-    p.mask.assign(size_t(n_nodes) * n_kv, kHidden);
+    Problem p = random_problem(s, n_nodes, n_kv, rng);
     paths.assign(size_t(n_nodes), {});
     for (int i = 0; i < n_nodes; ++i) {
         const int parent = i == 0 ? -1 : int(rng() % uint32_t(i + 1)) - 1;  // -1: the prefix
@@ -150,16 +155,7 @@ Problem ar_problem(const Shape & s, const Problem & tree, int n_past, const std:
 
 // queries at positions n_past .. n_past + n_q - 1, each seeing the slots up to its own
 Problem prefill_problem(const Shape & s, int n_past, int n_q, int n_kv, std::mt19937 & rng) {
-    Problem p;
-    p.n_kv = n_kv;
-    p.n_q = n_q;
-    p.k.resize(size_t(n_kv) * s.Hkv * s.D);
-    p.v.resize(p.k.size());
-    p.q.resize(size_t(n_q) * s.H * s.D);
-    fill_normal(p.k, rng, 1.0f);
-    fill_normal(p.v, rng, 1.0f);
-    fill_normal(p.q, rng, 1.0f);
-    p.mask.assign(size_t(n_q) * n_kv, kHidden);
+    Problem p = random_problem(s, n_q, n_kv, rng);
     for (int i = 0; i < n_q; ++i) {
         for (int r = 0; r <= n_past + i; ++r) p.mask[size_t(i) * n_kv + r] = kVisible;
     }
@@ -208,9 +204,9 @@ int main(int argc, char ** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a timeout
     const bool bench = argc > 1 && std::strcmp(argv[1], "bench") == 0;
     const bool profile = argc > 1 && std::strcmp(argv[1], "profile") == 0;
-    ggml_backend_t cpu = ggml_backend_cpu_init();
+    const ggml_backend_ptr cpu_owned(ggml_backend_cpu_init()), cuda_owned(ggml_backend_cuda_init(0));
+    ggml_backend_t cpu = cpu_owned.get(), cuda = cuda_owned.get();
     ggml_backend_cpu_set_use_ref(cpu, true);  // the engine's CPU path: no tiled / split-KV attention
-    ggml_backend_t cuda = ggml_backend_cuda_init(0);
     if (!cuda) {
         std::fprintf(stderr, "attn_check: no CUDA device\n");
         return 2;
@@ -277,7 +273,8 @@ int main(int argc, char ** argv) {
         const Shape s = shapes[0];
         // its own backend: ggml-cuda replays a captured CUDA graph when a graph's nodes look unchanged,
         // so one backend would time the other mode's kernels
-        ggml_backend_t cuda_fast = ggml_backend_cuda_init(0);
+        const ggml_backend_ptr fast_owned(ggml_backend_cuda_init(0));
+        ggml_backend_t cuda_fast = fast_owned.get();
         std::printf("\n| K/V | depth | queries | invariant us | ggml us | ratio |\n|---|---|---|---|---|---|\n");
         for (int depth : {4096, 8192, 32768, 131072}) {
             std::vector<std::vector<int>> paths;
@@ -299,10 +296,7 @@ int main(int argc, char ** argv) {
                 }
             }
         }
-        ggml_backend_free(cuda_fast);
     }
-    ggml_backend_free(cuda);
-    ggml_backend_free(cpu);
     std::printf("%s\n", bad ? "attn_check: FAILED" : "attn_check: all ok");
     return bad ? 1 : 0;
 #endif

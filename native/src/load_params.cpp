@@ -8,6 +8,7 @@
 
 #include "caches.hpp"
 #include "error.hpp"
+#include "ggml-cpp.h"
 #ifdef LUCEBOX_WITH_CUDA
 #include "ggml-cuda.h"
 #endif
@@ -23,6 +24,22 @@ void check_range(const char * name, int32_t v, int32_t lo, int32_t hi, const std
     check(v >= lo && v <= hi, LB_E_INVALID_ARG,
           std::string(name) + " " + std::to_string(v) + " is out of range [" + std::to_string(lo) + ", " +
               std::to_string(hi) + "]" + hint);
+}
+
+// Whether ggml-cuda's batch-invariant flash attention takes this K/V pair on `dev` (mixed pairs need
+// its tensor-core path); false on any other GPU backend.
+bool invariant_attention(ggml_backend_dev_t dev, ggml_type k, ggml_type v) {
+#ifdef LUCEBOX_WITH_CUDA
+    ggml_backend_reg_t reg = ggml_backend_cuda_reg();
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
+        if (ggml_backend_reg_dev_get(reg, i) == dev) {
+            return ggml_backend_cuda_invariant_attention_supported(int(i), k, v);
+        }
+    }
+#else
+    (void) dev; (void) k; (void) v;
+#endif
+    return false;
 }
 
 }  // namespace
@@ -53,26 +70,10 @@ int32_t kv_type_to_lb(ggml_type t) {
 }
 
 // A pair outside the device's kernels fails at load, naming those it has, instead of at the first forward.
-// Whether ggml-cuda's batch-invariant flash attention takes this K/V pair on `dev` (mixed pairs need
-// its tensor-core path); false on any other GPU backend.
-static bool invariant_attention(ggml_backend_dev_t dev, ggml_type k, ggml_type v) {
-#ifdef LUCEBOX_WITH_CUDA
-    ggml_backend_reg_t reg = ggml_backend_cuda_reg();
-    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
-        if (ggml_backend_reg_dev_get(reg, i) == dev) {
-            return ggml_backend_cuda_invariant_attention_supported(int(i), k, v);
-        }
-    }
-#else
-    (void) dev; (void) k; (void) v;
-#endif
-    return false;
-}
-
 void check_kv_types(ggml_backend_dev_t dev, const TargetHparams & hp, ggml_type type_k, ggml_type type_v) {
     const bool is_cpu = device_is_cpu(dev);
     ggml_init_params ip = {ggml_tensor_overhead() * 8, nullptr, true};
-    std::unique_ptr<ggml_context, decltype(&ggml_free)> ctx(ggml_init(ip), &ggml_free);
+    const ggml_context_ptr ctx(ggml_init(ip));
     check(ctx != nullptr, LB_E_OOM, "cannot create a context to check the KV types");
     const auto runs = [&](ggml_type k, ggml_type v) {
         const int64_t D = hp.head_dim, n_kv = kKvPad;

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <iterator>
-#include <memory>
 #include <string>
 
 #include "caches.hpp"

@@ -140,6 +140,12 @@ def walk(tree: Tree, target_choice) -> tuple[np.ndarray, int]:
             raise ValueError(f"target_argmax has {len(am)} entries but the tree has {len(tree.tokens)} nodes; "
                              "pass the verify output for exactly this tree")
         choose = am.__getitem__
+    path, bonus = walk_list(tree, choose)
+    return np.array(path, np.int32), bonus
+
+
+def walk_list(tree: Tree, choose) -> tuple[list[int], int]:
+    """`walk` with `choose` a callable node -> token, the path as a list (the decode step's form)."""
     child = tree.children_by_token().get
     path = [0]
     cur = 0
@@ -147,7 +153,7 @@ def walk(tree: Tree, target_choice) -> tuple[np.ndarray, int]:
         tok = int(choose(cur))
         nxt = child((cur, tok))
         if nxt is None:
-            return np.array(path, np.int32), tok
+            return path, tok
         path.append(nxt)
         cur = nxt
 
@@ -226,21 +232,14 @@ def _preorder(tok: list, par: list, dep: list, rnk: list, score: list) -> Tree:
         key = (slot[p], tok[i])
         if key not in children:
             children[key] = s
-    where = np.array(slot, np.intp)
-    tokens = np.empty(m, np.int32)
-    tokens[where] = tok
-    parents = np.empty(m, np.int32)
-    par[0] = 0
-    parents[where] = where[par]
-    parents[0] = -1
-    depth = np.empty(m, np.int32)
-    depth[where] = dep
-    rank = np.empty(m, np.int32)
-    rank[where] = rnk
-    pop_index = np.empty(m, np.int32)
-    pop_index[where] = np.arange(m, dtype=np.int32)
-    logp_cum = np.empty(m)
-    logp_cum[where] = score
+    order = [0] * m  # order[s] = the entry index of the node in preorder slot s
+    for i, s in enumerate(slot):
+        order[s] = i
+    # one conversion for every int32 field (rows of one array), one for the scores
+    table = np.array([[tok[i] for i in order], [slot[par[i]] if i else -1 for i in order],
+                      [dep[i] for i in order], [rnk[i] for i in order], order], np.int32)
+    logp_cum = np.array([score[i] for i in order])
+    tokens, parents, depth, rank, pop_index = table
     return Tree(tokens, parents, depth, rank, pop_index, logp_cum, children)
 
 

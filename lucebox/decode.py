@@ -65,16 +65,17 @@ class Step:
         if self.sampler is None:
             self.h.verify(tree.tokens, tree.parents, argmax)
             t3 = time.perf_counter()
-            path, bonus = ddtree.walk(tree, argmax)
+            choice = argmax.tolist()
+            path, bonus = ddtree.walk_list(tree, choice.__getitem__)
         else:
             self.h.verify_sampled(tree.tokens, tree.parents, argmax, self.sampler.io)
             t3 = time.perf_counter()
             depth = tree.depth.tolist()
             pick, fetch = self.sampler.pick, self.h.processed_row
-            path, bonus = ddtree.walk(tree, lambda node: pick(node, n_past + depth[node] + 1, fetch))
-        path = path.tolist()
+            path, bonus = ddtree.walk_list(tree, lambda node: pick(node, n_past + depth[node] + 1, fetch))
+        tokens = tree.tokens.tolist()
         # never commit more than the request still needs, nor past a stop token
-        emits = [int(t) for t in tree.tokens[path[1:]]] + [int(bonus)]
+        emits = [tokens[i] for i in path[1:]] + [bonus]
         for i, t in enumerate(emits):
             if t in stop_ids:
                 remaining = min(remaining, i + 1)
@@ -82,9 +83,9 @@ class Step:
         if len(path) > remaining:
             path, bonus = path[:remaining], emits[remaining - 1]
         t4 = time.perf_counter()
-        self.h.commit(np.asarray(path, np.int32))
+        self.h.commit(path)
         t5 = time.perf_counter()
-        return StepResult([int(t) for t in tree.tokens[path]], int(bonus), int(argmax[path[-1]]),
+        return StepResult([tokens[i] for i in path], bonus, int(argmax[path[-1]]),
                           draft_s=t1 - t0, verify_s=t3 - t2, commit_s=t5 - t4, host_s=(t2 - t1) + (t4 - t3))
 
     def _ar(self, last: int, history: list[int]) -> StepResult:

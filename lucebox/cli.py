@@ -19,7 +19,8 @@ from . import __version__
 from .defaults import demo_notice
 from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT,
                      DEFAULT_PREFIX_CACHE_GB, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
-                     MAX_NEW_TOKENS, MAX_TREE, MAX_UBATCH, MAX_VRAM_GB)
+                     MAX_NEW_TOKENS, MAX_TREE, MAX_TREE_LIMIT, MAX_UBATCH, MAX_VRAM_GB, LOG_LEVELS,
+                     EngineConfig)
 
 PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
 CTX_ROUND = 256
@@ -70,7 +71,8 @@ def _options(*options):
 
 # options that go to EngineConfig as they are (option name -> field), gathered into `engine_opts`
 _ENGINE_FIELDS = {"kv": "kv", "cache_type_k": "cache_type_k", "cache_type_v": "cache_type_v", "device": "device",
-                  "threads": "n_threads", "draft_window": "draft_window", "vram": "vram_gb", "ubatch": "ubatch"}
+                  "threads": "n_threads", "draft_window": "draft_window", "vram": "vram_gb", "ubatch": "ubatch",
+                  "max_tree": "max_tree", "log_level": "log_level"}
 AUTO_CTX_HELP = ("auto: the largest that fits the GPU's free memory or --vram, up to the trained length "
                  "(on the CPU without --vram: 8192)")
 
@@ -116,6 +118,10 @@ def _model_options(max_ctx_help: str):
         click.option("--draft-window", type=click.IntRange(0, MAX_CTX_LIMIT), default=0,
                      help="The draft sees the last W tokens only (0 = its config's sliding_window, else 4096); "
                           "changes acceptance, never the output."),
+        click.option("--max-tree", type=click.IntRange(2, MAX_TREE_LIMIT), default=MAX_TREE, show_default=True,
+                     help="Most nodes one verify holds, root included (sizes the tree scratch)."),
+        click.option("--log-level", type=click.Choice(LOG_LEVELS), default=EngineConfig.log_level, show_default=True,
+                     help="Native (ggml) log messages to show."),
     )
 
     def decorate(fn):
@@ -140,6 +146,9 @@ def _decode_options(n_gen_default: int):
         click.option("--draft-top-k", type=click.IntRange(1, MAX_DRAFT_TOP_K), default=DEFAULT_DRAFT_TOP_K,
                      show_default=True, help="Draft candidates per block position (DDTree)."),
         click.option("--system", default=None, help="System message (chat template)."),
+        click.option("--stop", multiple=True, help="Stop when the reply produces this text (repeatable)."),
+        click.option("--no-chain-seed", is_flag=True,
+                     help="Build the DDTree without first placing the draft's top-1 chain in it."),
     )
 
 
@@ -302,7 +311,8 @@ def _read_prompt(argument, prompt, prompt_file) -> str:
 @click.option("--stats", is_flag=True, help="Print AL, decode tok/s and prefill time to stderr.")
 @_model_options("Context tokens, or auto (default: fit the prompt + n_gen).")
 @_friendly_errors
-def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p,
+def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, system, stop, no_chain_seed,
+        temperature, top_k, top_p,
         min_p, repeat_penalty, presence_penalty, frequency_penalty, seed, raw, ignore_eos, stats,
         target, draft, no_draft, max_ctx, engine_opts):
     """Generate a reply to PROMPT (or --prompt, --prompt-file, stdin), streaming text as tokens commit."""
@@ -321,7 +331,8 @@ def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, 
                           repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                           frequency_penalty=frequency_penalty, seed=seed)
         for piece in engine.stream(ids, n_gen, mode=mode or "auto", budget=budget, draft_top_k=draft_top_k,
-                                   ignore_eos=ignore_eos, progress=_PrefillBar(), **sampling):
+                                   stop=tuple(stop), chain_seed=not no_chain_seed, ignore_eos=ignore_eos,
+                                   progress=_PrefillBar(), **sampling):
             sys.stdout.write(piece)
             sys.stdout.flush()
             last = piece or last
@@ -343,7 +354,8 @@ def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, 
 @click.option("--ignore-eos", is_flag=True, hidden=True, help="Replies always run to --n-gen (tests, demos).")
 @_model_options(f"Context tokens for the whole conversation (default {AUTO_CTX_HELP}).")
 @_friendly_errors
-def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, min_p, repeat_penalty,
+def chat(n_gen, mode, budget, draft_top_k, system, stop, no_chain_seed, temperature, top_k, top_p, min_p,
+         repeat_penalty,
          presence_penalty, frequency_penalty, seed, ignore_eos, target, draft, no_draft, max_ctx, engine_opts):
     """Multi-turn chat (/set, /reset, /stats; Ctrl+C stops a reply, Ctrl+D exits)."""
     from .chat import HELP, ChatSession, describe_sampling, recommended_sampling, repl
@@ -358,8 +370,8 @@ def chat(n_gen, mode, budget, draft_top_k, system, temperature, top_k, top_p, mi
                                repeat_penalty=repeat_penalty, presence_penalty=presence_penalty,
                                frequency_penalty=frequency_penalty, seed=seed))
         session = ChatSession(engine, system=system, progress=_PrefillBar(), max_new_tokens=n_gen,
-                              mode=mode or "auto", budget=budget, draft_top_k=draft_top_k, ignore_eos=ignore_eos,
-                              **sampling)
+                              mode=mode or "auto", budget=budget, draft_top_k=draft_top_k, stop=tuple(stop),
+                              chain_seed=not no_chain_seed, ignore_eos=ignore_eos, **sampling)
         used = mode or ("ddtree" if engine.has_draft else "ar")
         banner = (f"lucebox chat: {models.target.name}, {used}, context {engine.info['max_ctx']}; "
                   f"sampling {describe_sampling(session.options)} ({source}). {HELP}")

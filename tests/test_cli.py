@@ -235,6 +235,23 @@ def test_run_takes_the_prompt_as_an_argument(tiny_pair, reference):
     assert result.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
 
 
+def test_run_tree_and_stop_options(tiny_pair, reference):
+    runner = CliRunner()
+    # tree shape and logging options change neither the text (greedy-exact) nor stderr's one-line rule
+    tuned = runner.invoke(main, ["run", "Hello", "-n", "12", "--no-chain-seed", "--max-tree", "32",
+                                 "--log-level", "quiet", *_models(tiny_pair)])
+    assert tuned.exit_code == 0, tuned.output
+    assert tuned.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
+    text = reference["chat"].rstrip("\n")
+    stop = text[-3:]  # the reply stops where this first appears, and prints none of it
+    cut = runner.invoke(main, ["run", "Hello", "-n", "12", "--stop", stop, *_models(tiny_pair)])
+    assert cut.exit_code == 0, cut.output
+    out = cut.stdout.rstrip("\n")
+    assert text.startswith(out) and len(out) < len(text) and stop not in out, (out, text, stop)
+    bad = runner.invoke(main, ["run", "Hello", "--max-tree", "1", *_models(tiny_pair)])
+    assert bad.exit_code == 2 and "--max-tree" in bad.output
+
+
 def test_run_system_and_raw(tiny_pair, reference):
     runner = CliRunner()
     sys_run = runner.invoke(main, ["run", "-p", "Hello", "-n", "12", "--system", "Be brief.", *_models(tiny_pair)])

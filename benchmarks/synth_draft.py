@@ -136,7 +136,7 @@ def chunk(n: int, std: float, seed: tuple[int, ...]) -> np.ndarray:
     return to_bf16(rng.standard_normal(n, dtype=np.float32) * np.float32(std))
 
 
-def write(out: str, s: DraftShape, seed: int, threads: int, quiet: bool = False) -> int:
+def write(out: str, s: DraftShape, seed: int, threads: int, quiet: bool = False, zeros: bool = False) -> int:
     d = Path(out)
     d.mkdir(parents=True, exist_ok=True)
     (d / "config.json").write_text(json.dumps(config(s), indent=2) + "\n")
@@ -152,8 +152,10 @@ def write(out: str, s: DraftShape, seed: int, threads: int, quiet: bool = False)
     part = d / "model.safetensors.part"   # renamed when complete
     with open(part, "wb") as f, ThreadPoolExecutor(threads) as pool:
         f.write(struct.pack("<Q", len(blob)) + blob)
+        if zeros:               # a sparse file of zero weights: for memory plans, not speed
+            f.truncate(f.tell() + offset)
         jobs = []
-        for ti, (name, shape) in enumerate(specs):
+        for ti, (name, shape) in enumerate([] if zeros else specs):
             n = int(np.prod(shape))
             std = 0.0 if len(shape) == 1 else 1.0 / np.sqrt(shape[1])
             jobs += [(ti, start, min(CHUNK, n - start), std) for start in range(0, n, CHUNK)]
@@ -179,13 +181,15 @@ def main() -> None:
                     help="window of the first n-1 layers (Qwen3.6 drafts use 2048; default: none)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--zeros", action="store_true",
+                    help="all-zero weights as a sparse file (instant, no disk): for memory plans, not speed")
     args = ap.parse_args()
     try:
         shape = scaled_shape(args.scale, args.target_layers, max(0, args.sliding_window))
     except ValueError as e:
         ap.error(str(e))
     try:
-        write(args.out, shape, args.seed, max(1, args.threads))
+        write(args.out, shape, args.seed, max(1, args.threads), zeros=args.zeros)
     except OSError as e:
         sys.exit(f"synth_draft: error: cannot write {args.out}: {e.strerror or e}; "
                  "check the path and the free space")

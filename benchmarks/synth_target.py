@@ -331,7 +331,7 @@ def chunks(plan: list[Tensor], seed: int):
             yield ti, (lambda q=t.qtype, n=n, std=std, key=(seed, ti, ci): quant_chunk(q, n, std, key))
 
 
-def write(out: str, s: Shape, seed: int, threads: int, quiet: bool = False) -> int:
+def write(out: str, s: Shape, seed: int, threads: int, quiet: bool = False, zeros: bool = False) -> int:
     plan = tensor_plan(s)
     check_quantizable(plan)
     n_params = sum(int(np.prod(t.ne)) for t in plan)
@@ -349,6 +349,15 @@ def write(out: str, s: Shape, seed: int, threads: int, quiet: bool = False) -> i
     fout = w.fout[0]
     total = sum(nbytes(t) for t in plan)
     done, current, t0 = 0, -1, time.time()
+    if zeros:                   # a sparse file: all-zero blocks are valid weights (scale 0) and cost no disk
+        for t in plan:
+            w.write_padding(fout, fout.tell())
+            fout.seek(nbytes(t), os.SEEK_CUR)
+        w.write_padding(fout, fout.tell())
+        fout.truncate()
+        w.close()
+        os.replace(part, out)
+        return total
     with ThreadPoolExecutor(threads) as pool:
         pending: collections.deque = collections.deque()
 
@@ -391,13 +400,15 @@ def main() -> None:
     mtp.add_argument("--no-mtp", dest="mtp", action="store_false", help="trunk blocks only")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--zeros", action="store_true",
+                    help="all-zero weights as a sparse file (instant, no disk): for memory plans, not speed")
     args = ap.parse_args()
     try:
         shape = scaled_shape(args.scale, args.layers, args.mtp)
     except ValueError as e:
         ap.error(str(e))
     try:
-        write(args.out, shape, args.seed, max(1, args.threads))
+        write(args.out, shape, args.seed, max(1, args.threads), zeros=args.zeros)
     except OSError as e:
         sys.exit(f"synth_target: error: cannot write {args.out}: {e.strerror or e}; "
                  "check the path and the free space")

@@ -31,10 +31,15 @@ size_t forward_bytes(const TargetModel & m, const TargetCache & c, ForwardShape 
     return bytes;
 }
 
+void log_slot(const char * what, size_t bytes) {
+    log_msg(LB_LOG_DEBUG, "memory plan: compute buffer of the %s graph(s): %.1f MiB", what, double(bytes) / (1 << 20));
+}
+
 }  // namespace
 
 lb_memory plan_memory(const lb_params & p, const lb_plan_shape & s) {
     check_params(p);
+    set_log_level(p.log_level);
     check(s.verify_nodes >= 1 && s.verify_nodes <= p.max_tree, LB_E_INVALID_ARG,
           "lb_memory_plan: verify_nodes " + std::to_string(s.verify_nodes) + " is outside [1, max_tree = " +
               std::to_string(p.max_tree) + "]");
@@ -80,22 +85,30 @@ lb_memory plan_memory(const lb_params & p, const lb_plan_shape & s) {
         out.draft = int64_t(d.weights);
         out.draft_cache = int64_t(d.cache);
         out.compute += int64_t(d.compute);
+        log_slot("draft", d.compute);
     }
 
     // one slot (and allocator) per call kind, each at its largest: every KV row attended
     const int32_t rows = cache.rows;
-    out.compute += forward_bytes(*model, cache, {std::min(p.ubatch, p.max_ctx), rows, false, false}, s, buft);  // prefill
-    out.compute += forward_bytes(*model, cache, {1, rows, false, false}, s, buft);                             // step
+    const size_t prefill = forward_bytes(*model, cache, {std::min(p.ubatch, p.max_ctx), rows, false, false}, s, buft);
+    const size_t step = forward_bytes(*model, cache, {1, rows, false, false}, s, buft);
+    log_slot("prefill", prefill);
+    log_slot("step", step);
+    out.compute += int64_t(prefill + step);
     if (has_draft) {
         const int32_t nodes = std::min(s.verify_nodes, p.max_ctx);
-        out.compute += forward_bytes(*model, cache, {nodes, rows, true, true}, s, buft);                       // verify
+        const size_t verify = forward_bytes(*model, cache, {nodes, rows, true, true}, s, buft);
         // commit keeps one graph per (path length, rows moved or not): accepted paths are at most a block
+        size_t commit = 0;
         for (int32_t n_path = 1; n_path <= std::min(nodes, block); ++n_path) {
             for (bool move_kv : {false, true}) {
                 if (move_kv && n_path == 1) continue;  // a path of the root alone moves nothing
-                out.compute += int64_t(plan_graph_bytes(build_commit(*model, cache, n_path, move_kv)->meta.gf, buft));
+                commit += plan_graph_bytes(build_commit(*model, cache, n_path, move_kv)->meta.gf, buft);
             }
         }
+        log_slot("verify", verify);
+        log_slot("commit (all paths)", commit);
+        out.compute += int64_t(verify + commit);
     }
     return out;
 }

@@ -156,8 +156,8 @@ def main() -> None:
     if args.draft:
         results["spec"] = []
         print("\n| ctx | draft ms | verify(%d) ms | commit ms | host ms | AR step ms | verify/AR | draft/verify | GPU MiB "
-              "| held MiB | plan MiB |" % args.budget)
-        print("|---|---|---|---|---|---|---|---|---|---|---|")
+              "| held MiB | plan MiB | prefill tok/s |" % args.budget)
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for ctx in ctxs:
             opts = dict(max_ctx=ctx, kv_type=args.kv, device=args.device, max_tree=max(64, args.budget + 1),
                         draft_window=args.draft_window)
@@ -178,7 +178,7 @@ def main() -> None:
             print(f"| {ctx} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} | {r['commit_ms']:.2f} | {r['host_ms']:.3f} | "
                   f"{r['ar_step_ms']:.2f} | {r['verify_ms'] / r['ar_step_ms']:.2f} | "
                   f"{r['draft_ms'] / r['verify_ms']:.2f} | {r['gpu_mem_mib']} | {r['held_mib']:.0f} | "
-                  f"{sum(plan.values()) / 2**20:.0f} |")
+                  f"{sum(plan.values()) / 2**20:.0f} | {r['prefill_tokens'] / r['prefill_s']:.0f} |")
             r["plan"] = plan
     if args.json:
         with open(args.json, "w") as f:

@@ -3,7 +3,9 @@
 #   copy bandwidth, llama.cpp llama-bench tg128 vs lucebox AR on a 27B-shaped synthetic Q4_K_M,
 #   per-step speculative timings (27B-shaped random BF16 draft) at 8K and 32K with the batch-invariant
 #   kernels (the default) and at 8K without them, and (LUCEBOX_BENCH_FULL=1, the default) Q8_0-KV AR and
-#   tree-op timings; (LUCEBOX_BENCH_LONG=1, the default) memory at 128K / 256K and the planner at 24 GiB.
+#   tree-op timings; (LUCEBOX_BENCH_LONG=1, the default) memory at 128K / 256K, the plan at 256K by part,
+#   llama.cpp's pp32768 and the planner at 24 GiB; (LUCEBOX_BENCH_DEPTH=1) the step with 128K filled.
+#   (LUCEBOX_BENCH_MAIN=0 skips all but the optional parts.)
 #   bash benchmarks/device/bench.sh BUILD_DIR WORK_DIR OUT_DIR
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
@@ -18,8 +20,11 @@ log() { echo "== $(date +%T) $*"; }
 
 [ -f "$T" ] || bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 || tail "$WORK/synth.log"
 
-log "copy bandwidth"
-COPY_GBS=$(python3 - <<'PY'
+LB="$(find "$BUILD" -name llama-bench -type f -perm -u+x | head -1)"
+
+if [ "${LUCEBOX_BENCH_MAIN:-1}" = 1 ]; then
+    log "copy bandwidth"
+    COPY_GBS=$(python3 - <<'PY'
 import torch
 n = 1 << 30  # 4 GiB of f32 per buffer
 a = torch.randn(n, device="cuda"); b = torch.empty_like(a)
@@ -32,27 +37,27 @@ for _ in range(10):
 ts.sort()
 print(f"{2 * a.numel() * 4 / ts[len(ts) // 2] / 1e9:.0f}")
 PY
-)
-echo "copy bandwidth (read + write): $COPY_GBS GB/s"
+    )
+    echo "copy bandwidth (read + write): $COPY_GBS GB/s"
 
-log "llama.cpp llama-bench tg128 (same pin, same ggml build)"
-LB="$(find "$BUILD" -name llama-bench -type f -perm -u+x | head -1)"
-"$LB" -m "$T" -ngl 99 -p 0 -n 128 -r 3 -fa 0,1 -o md 2>"$WORK/llama_bench.err"
+    log "llama.cpp llama-bench tg128 (same pin, same ggml build)"
+    "$LB" -m "$T" -ngl 99 -p 0 -n 128 -r 3 -fa 0,1 -o md 2>"$WORK/llama_bench.err"
 
-log "lucebox AR + speculative step timings (batch-invariant kernels, the default)"
-python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx "${LUCEBOX_BENCH_CTX:-8192,32768}" --n-gen 128 --steps 10 \
-    --copy-gbs "$COPY_GBS" --json "$OUT/step_bench.json" 2>&1
+    log "lucebox AR + speculative step timings (batch-invariant kernels, the default)"
+    python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx "${LUCEBOX_BENCH_CTX:-8192,32768}" --n-gen 128 --steps 10 \
+        --copy-gbs "$COPY_GBS" --json "$OUT/step_bench.json" 2>&1
 
-# the same step with the faster batch-dependent kernels (outputs may then part from AR at near-ties)
-log "lucebox AR + speculative step, batch_invariant = 0"
-python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192 --n-gen 64 --steps 10 --no-invariant \
-    --copy-gbs "$COPY_GBS" --json "$OUT/step_bench_fast.json" 2>&1 | grep "^|"
+    # the same step with the faster batch-dependent kernels (outputs may then part from AR at near-ties)
+    log "lucebox AR + speculative step, batch_invariant = 0"
+    python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192 --n-gen 64 --steps 10 --no-invariant \
+        --copy-gbs "$COPY_GBS" --json "$OUT/step_bench_fast.json" 2>&1 | grep "^|"
 
-# the cost of device-side sampling (Qwen's top-p 0.95 / top-k 20 at temperature 0.6, repeat penalty 1.1)
-log "lucebox speculative step, sampling at temperature 0.6"
-python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192 --n-gen 64 --steps 10 --temperature 0.6 \
-    --repeat-penalty 1.1 --copy-gbs "$COPY_GBS" --json "$OUT/step_bench_t06.json" --profile-host \
-    2>"$OUT/host_profile.txt" | grep "^|"
+    # the cost of device-side sampling (Qwen's top-p 0.95 / top-k 20 at temperature 0.6, repeat penalty 1.1)
+    log "lucebox speculative step, sampling at temperature 0.6"
+    python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 8192 --n-gen 64 --steps 10 --temperature 0.6 \
+        --repeat-penalty 1.1 --copy-gbs "$COPY_GBS" --json "$OUT/step_bench_t06.json" --profile-host \
+        2>"$OUT/host_profile.txt" | grep "^|"
+fi
 
 if [ "${LUCEBOX_BENCH_FULL:-1}" = 1 ]; then
     log "lucebox AR with a Q8_0 KV cache (head size 256)"
@@ -62,11 +67,28 @@ if [ "${LUCEBOX_BENCH_FULL:-1}" = 1 ]; then
 fi
 
 if [ "${LUCEBOX_BENCH_LONG:-1}" = 1 ]; then
-    # memory at 128K and 256K with a q4_0 cache (allocations are made at load, so a short prompt shows the
-    # peak of the caches; the attention scratch at depth is bounded by patch 0009's 128 MiB part budget)
+    # memory at 128K and 256K with a q4_0 cache: the caches are allocated at load, the compute buffers grow
+    # with the rows filled (the plan counts them full; the depth part below measures a filled 128K)
     log "long context: GPU memory held vs planned at 128K / 256K, q4_0 KV (prompt 4096 tokens)"
     python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 131072,262144 --kv q4_0 --prompt-tokens 4096 \
         --n-gen 32 --steps 6 --json "$OUT/step_bench_long.json" 2>&1 | grep "^|"
+    log "the memory plan at 256K by part (q4_0 KV, budget 22, greedy)"
+    python3 - "$T" "$D" <<'PY' 2>&1 | grep -v "^$"
+import sys
+from lucebox._native import memory_plan
+p = memory_plan(sys.argv[1], sys.argv[2], max_ctx=262144, kv_type="q4_0", device=0, max_tree=64, verify_nodes=23,
+                draft_top_k=8, log_level="debug")
+print(" ".join(f"{k} {v / 2**20:.1f}" for k, v in p.items()), f"total {sum(p.values()) / 2**20:.1f} MiB")
+PY
+    log "llama.cpp prefill at 32K (pp32768, f16 KV, flash attention) vs lucebox's 32K row above"
+    "$LB" -m "$T" -ngl 99 -p 32768 -n 0 -r 1 -fa 1 -o md 2>>"$WORK/llama_bench.err"
     log "the memory planner's choice for a 24 GiB card (max_ctx auto, --vram 24)"
     python3 -m lucebox run --target "$T" --draft "$D" --device cuda --vram 24 --max-ctx auto -n 4 -p "hello" 2>&1 | tail -15
+fi
+
+if [ "${LUCEBOX_BENCH_DEPTH:-0}" = 1 ]; then
+    # the step with the context filled (~130K-token prompt: ~2 min) vs at 4K, q4_0 KV; GPU MiB is the peak at depth
+    log "at depth: AR and verify with a 4K vs a 128K context filled, q4_0 KV"
+    python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 4096,131072 --kv q4_0 --n-gen 32 --steps 6 \
+        --json "$OUT/step_bench_depth.json" 2>&1 | grep "^|"
 fi

@@ -51,6 +51,7 @@ std::unique_ptr<DraftModel> DraftModel::layout(const std::string & dir, ggml_bac
     m->cfg_ = draft_config_load(dir);
     const DraftConfig & c = m->cfg_;
     check_target_shape(target.tok_embd, "token embedding", c.n_embd);
+    if (!target.embedding) throw Error(LB_E_INVALID_ARG, "draft: the target's token embedding rows are not given");
     check_target_shape(target.output, "output matrix", c.n_embd);
     m->n_vocab_ = int32_t(target.output->ne[1]);
     if (target.tok_embd->ne[1] < m->n_vocab_) {
@@ -87,7 +88,6 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backe
     if (!backend) throw Error(LB_E_INVALID_ARG, "draft: no backend");
     std::unique_ptr<DraftModel> m = layout(dir, ggml_backend_get_device(backend), target, opt);
     m->backend_ = backend;
-    check_target_placement(backend, target.tok_embd, "token embedding");
     check_target_placement(backend, target.output, "output matrix");
     m->weights_ = draft_weights_load(dir, m->cfg_, backend, opt.weight_type);
     m->kv_buf_ = alloc_tensors_or_throw(m->kv_ctx_.get(), backend,

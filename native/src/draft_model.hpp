@@ -35,12 +35,14 @@
 
 #include "draft_config.hpp"
 #include "draft_weights.hpp"
+#include "token_embedding.hpp"
 
 namespace lb {
 
 // Borrowed from the target; must outlive the DraftModel and live where `backend` can read it.
 struct DraftTarget {
-    ggml_tensor * tok_embd = nullptr;  // [n_embd, n_vocab], any type ggml_get_rows takes
+    ggml_tensor * tok_embd = nullptr;  // [n_embd, n_vocab], any type ggml_get_rows takes (shape only)
+    TokenEmbedding * embedding = nullptr;  // its rows, staged per call (laid out before the first propose)
     ggml_tensor * output = nullptr;    // [n_embd, n_vocab] lm head (tok_embd when tied)
     int32_t n_layer = 0;               // target decoder layers (an MTP block not counted)
 };

@@ -115,7 +115,7 @@ DraftModel::ProposeGraph DraftModel::build_propose(ggml_context * ctx, ggml_cgra
         ggml_set_input(g.masks.back());
     }
 
-    ggml_tensor * x = ggml_get_rows(ctx, target_.tok_embd, g.toks);  // [n_embd, B]
+    ggml_tensor * x = ggml_get_rows(ctx, target_.embedding->rows(), g.toks);  // [n_embd, B] (toks: staged rows)
     if (c.input_embedding_scale != 1.0f) x = ggml_scale(ctx, x, c.input_embedding_scale);
     for (int32_t l = 0; l < c.n_layer; ++l) x = block_layer(ctx, g, l, x);
     x = rms(ctx, x, weights_->out_norm);
@@ -185,7 +185,7 @@ void DraftModel::set_propose_inputs(const ProposeGraph & g, int32_t last, int32_
         host_.pos[size_t(i)] = n_past_ + i;
         host_.slots[size_t(i)] = n_valid + i;
     }
-    ggml_backend_tensor_set(g.toks, host_.toks.data(), 0, ggml_nbytes(g.toks));
+    target_.embedding->stage(host_.toks.data(), B, g.toks);
     ggml_backend_tensor_set(g.pos, host_.pos.data(), 0, ggml_nbytes(g.pos));
     ggml_backend_tensor_set(g.slots, host_.slots.data(), 0, ggml_nbytes(g.slots));
     host_.mask.resize(size_t(g.n_kv) * size_t(B));

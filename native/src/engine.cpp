@@ -31,6 +31,8 @@ void lb_engine::load(const lb_params & p) {
     lb::log_msg(LB_LOG_INFO, "caches: %.1f MiB (%d KV rows, K %s, V %s)", double(cache.bytes()) / (1 << 20),
                 cache.rows, ggml_type_name(type_k), ggml_type_name(type_v));
     if (p.draft_path != nullptr && p.draft_path[0] != '\0') load_draft(p.draft_path);
+    model->embedding.layout(model->tok_embd, lb::embedding_rows(ubatch, max_tree, draft ? draft->config().block_size : 0));
+    model->embedding.alloc(backend.get());
 }
 
 // The draft borrows the target's embedding and lm head, and receives the captured features of
@@ -38,6 +40,7 @@ void lb_engine::load(const lb_params & p) {
 void lb_engine::load_draft(const std::string & dir) {
     lb::DraftTarget t;
     t.tok_embd = model->tok_embd;
+    t.embedding = &model->embedding;
     t.output = model->output;
     t.n_layer = model->hp.n_layer;
     draft = lb::DraftModel::load(dir, backend.get(), t, lb::draft_options(backend.is_cpu(), draft_window, max_ctx));
@@ -89,6 +92,7 @@ int64_t galloc_bytes(const ggml_gallocr_ptr & g) { return g ? int64_t(ggml_gallo
 lb_memory lb_engine::memory() const {
     lb_memory out{};
     for (const ggml_backend_buffer_ptr & b : model->buffers) out.weights += buffer_bytes(b);
+    out.weights += int64_t(model->embedding.bytes());
     out.kv = buffer_bytes(cache.kv_buf);
     out.recurrent = buffer_bytes(cache.state_buf);
     out.tree = buffer_bytes(cache.tree_buf) + buffer_bytes(cache.capture_buf);
@@ -210,7 +214,7 @@ void lb_engine::set_positions_and_slots(lb::ForwardGraph & g, int32_t n, const i
 // Inputs of a chain: token i sits at position P+i, writes slot P+i, sees slots 0..P+i.
 void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n) {
     const int32_t n_kv = g.shape.n_kv;
-    lb::set_graph_input(g.tokens, toks, size_t(n) * sizeof(int32_t));
+    model->embedding.stage(toks, n, g.tokens);
     set_positions_and_slots(g, n, nullptr);
     if (!g.mask) return;
     mask_host_.resize(size_t(n) * size_t(n_kv));

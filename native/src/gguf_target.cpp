@@ -67,16 +67,19 @@ public:
     size_t plan_bytes(ggml_backend_buffer_type_t buft, bool backend_is_cpu);
 
 private:
-    ggml_tensor * need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required = true);
+    ggml_tensor * need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required = true,
+                       bool host_only = false);
     StackedMatrices need_stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>> & members);
     int64_t check_tensor(const std::string & name, std::vector<int64_t> & ne, bool must_be_f32, bool required);
 
     GgufFile & f_;
     TargetModel & m_;
     // per created tensor: its GGUF index and whether it needs an F32 conversion on upload
-    struct Source { ggml_tensor * t; int64_t gguf_id; bool convert; };
+    // host_only: read on the host alone (tok_embd when untied): no memory on a GPU backend
+    struct Source { ggml_tensor * t; int64_t gguf_id; bool convert; bool host_only; };
     std::vector<Source> sources_;
     void set_data(const Source & s);
+    void set_embedding_table();  // points m_.embedding at tok_embd's rows in the mapping
     // CPU: the tensors that get memory of their own (stacked matrices, whose members are apart in
     // the file, and converted ones) as (model tensor, its copy in *own, a new metadata context);
     // `copied` gets their sources. Every other source can point into the mapping.
@@ -211,14 +214,21 @@ int64_t TensorLoader::check_tensor(const std::string & name, std::vector<int64_t
     return id;
 }
 
-ggml_tensor * TensorLoader::need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required) {
+ggml_tensor * TensorLoader::need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required,
+                                 bool host_only) {
     const int64_t id = check_tensor(name, ne, must_be_f32, required);
     if (id < 0) return nullptr;
     const ggml_type type = f_.tensor_type(id);
     const bool convert = must_be_f32 && type != GGML_TYPE_F32;
-    ggml_tensor * t = ggml_new_tensor(m_.ctx.get(), convert ? GGML_TYPE_F32 : type, GGML_MAX_DIMS, ne.data());
+    if (host_only && !m_.host_ctx) {
+        ggml_init_params ip = {ggml_tensor_overhead(), nullptr, true};
+        m_.host_ctx.reset(ggml_init(ip));
+        check(m_.host_ctx != nullptr, LB_E_OOM, "cannot create the target's host tensor context");
+    }
+    ggml_context * ctx = host_only ? m_.host_ctx.get() : m_.ctx.get();
+    ggml_tensor * t = ggml_new_tensor(ctx, convert ? GGML_TYPE_F32 : type, GGML_MAX_DIMS, ne.data());
     ggml_set_name(t, name.c_str());
-    sources_.push_back({t, id, convert});
+    sources_.push_back({t, id, convert, host_only});
     return t;
 }
 
@@ -233,7 +243,7 @@ StackedMatrices TensorLoader::need_stacked(
         layout.push_back({mem.first, f_.tensor_type(ids.back()), ne[1]});
     }
     StackedMatrices out(m_.ctx.get(), members[0].second[0], layout);
-    for (size_t i = 0; i < out.size(); ++i) sources_.push_back({out[i], ids[i], false});
+    for (size_t i = 0; i < out.size(); ++i) sources_.push_back({out[i], ids[i], false, false});
     return out;
 }
 
@@ -252,10 +262,10 @@ void TensorLoader::create_tensors() {
     check(m_.ctx != nullptr, LB_E_OOM, "cannot create the target's tensor context");
 
     const int64_t E = hp.n_embd, V = hp.n_vocab;
-    m_.tok_embd = need("token_embd.weight", {E, V}, false);
+    const bool tied = f_.find_tensor("output.weight") < 0;  // the embedding is the lm head too
+    m_.tok_embd = need("token_embd.weight", {E, V}, false, true, /*host_only=*/!tied);
     m_.output_norm = need("output_norm.weight", {E}, true);
-    m_.output = need("output.weight", {E, V}, false, /*required=*/false);
-    if (!m_.output) m_.output = m_.tok_embd;  // tied embeddings
+    m_.output = tied ? m_.tok_embd : need("output.weight", {E, V}, false);
 
     m_.layers.resize(size_t(hp.n_layer));
     for (int32_t il = 0; il < hp.n_layer; ++il) {
@@ -320,15 +330,27 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
                 set_data(*s);
             }
         }
+        set_embedding_table();
         return;
     }
 
     m_.buffers.push_back(alloc_tensors_or_throw(m_.ctx.get(), backend, "target weights",
                                                 "use a smaller quant or free GPU memory"));
     for (const Source & s : sources_) {
+        if (s.host_only) continue;
         set_data(s);
         m_.weight_bytes += ggml_nbytes(s.t);
     }
+    // The mapping stays for the embedding rows; drop the pages the upload read from this process
+    // (they stay in the page cache) so its resident memory is not the whole file.
+    m_.map.addr = f_.adopt_map(&m_.map.size);
+    madvise(m_.map.addr, m_.map.size, MADV_DONTNEED);
+    set_embedding_table();
+}
+
+void TensorLoader::set_embedding_table() {
+    const auto src = std::find_if(sources_.begin(), sources_.end(), [&](const Source & s) { return s.t == m_.tok_embd; });
+    m_.embedding.set_host_rows((const char *) f_.tensor_data(src->gguf_id));
 }
 
 std::vector<std::pair<ggml_tensor *, ggml_tensor *>> TensorLoader::own_copies(

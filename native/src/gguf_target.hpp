@@ -20,6 +20,7 @@
 #include "ggml-cpp.h"
 #include "ggml.h"
 #include "matmul.hpp"
+#include "token_embedding.hpp"
 
 namespace lb {
 
@@ -82,7 +83,9 @@ struct TargetLayer {
 struct TargetModel {
     TargetHparams hp;
     std::string path;
-    ggml_tensor * tok_embd = nullptr;    // [n_embd, n_vocab]
+    // [n_embd, n_vocab]. Forwards read its rows on the host through `embedding`; on a GPU it has no
+    // device memory unless tied (then it is also the lm head).
+    ggml_tensor * tok_embd = nullptr;
     ggml_tensor * output_norm = nullptr; // [n_embd]
     ggml_tensor * output = nullptr;      // [n_embd, n_vocab]; == tok_embd when tied
     std::vector<TargetLayer> layers;
@@ -95,8 +98,10 @@ struct TargetModel {
         Mapping(const Mapping &) = delete;
         Mapping & operator=(const Mapping &) = delete;
         ~Mapping();
-    } map;                                         // the mmapped file, kept only when weights live in it
+    } map;                                         // the mmapped file (weights on the CPU, embedding rows)
     ggml_context_ptr ctx;                          // tensor metadata
+    ggml_context_ptr host_ctx;                     // tok_embd's metadata when it lives on the host only
+    TokenEmbedding embedding;                      // reads tok_embd's rows from `map`
     std::vector<ggml_backend_buffer_ptr> buffers;  // tensor data (device buffer, or mmap + converted)
     size_t weight_bytes = 0;
 };

@@ -42,4 +42,10 @@ DraftOptions draft_options(bool is_cpu, int32_t draft_window, int32_t max_ctx);
 // Columns of the captured features: one per token of the largest forward (prefill or verify).
 inline int32_t capture_rows(int32_t ubatch, int32_t max_tree) { return ubatch > max_tree ? ubatch : max_tree; }
 
+// Rows of the token-embedding staging matrix: the tokens of the largest forward or draft block.
+inline int32_t embedding_rows(int32_t ubatch, int32_t max_tree, int32_t draft_block) {
+    const int32_t forward = capture_rows(ubatch, max_tree);
+    return forward > draft_block ? forward : draft_block;
+}
+
 }  // namespace lb

@@ -68,6 +68,8 @@ lb_memory plan_memory(const lb_params & p, const lb_plan_shape & s) {
         cache_set_capture(cache, nullptr, hp.n_embd, cfg.target_layer_ids, capture_rows(p.ubatch, p.max_tree));
         block = cfg.block_size;
     }
+    model->embedding.layout(model->tok_embd, embedding_rows(p.ubatch, p.max_tree, block));
+    out.weights += int64_t(model->embedding.plan(buft));
     const CacheBytes cb = cache_plan_bytes(cache, buft);
     out.kv = int64_t(cb.kv);
     out.recurrent = int64_t(cb.state);
@@ -79,7 +81,7 @@ lb_memory plan_memory(const lb_params & p, const lb_plan_shape & s) {
     if (has_draft) {
         // the largest append: a prefill micro-batch, or an accepted path (at most one block)
         const int32_t max_append = std::max(std::min(p.ubatch, p.max_ctx), std::min(s.verify_nodes, block));
-        const DraftMemory d = DraftModel::plan(p.draft_path, dev, {model->tok_embd, model->output, hp.n_layer},
+        const DraftMemory d = DraftModel::plan(p.draft_path, dev, {model->tok_embd, &model->embedding, model->output, hp.n_layer},
                                                draft_options(is_cpu, p.draft_window, p.max_ctx), cache.capture,
                                                max_append, s.draft_top_k);
         out.draft = int64_t(d.weights);

@@ -132,7 +132,7 @@ void ForwardBuilder::build() {
         ggml_set_input(fg.parents);
     }
 
-    ggml_tensor * x = ggml_get_rows(ctx, m.tok_embd, fg.tokens);  // [n_embd, n] f32
+    ggml_tensor * x = ggml_get_rows(ctx, m.embedding.rows(), fg.tokens);  // [n_embd, n] f32 (tokens: staged rows)
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         const TargetLayer & L = m.layers[size_t(il)];
         ggml_tensor * h = rms_norm(ctx, x, L.attn_norm, hp.rms_eps);

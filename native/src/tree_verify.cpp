@@ -48,7 +48,7 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
         }
         allowed[size_t(i) * size_t(n) + size_t(i)] = 1;
     }
-    lb::set_graph_input(g.tokens, toks, size_t(n) * sizeof(int32_t));
+    model->embedding.stage(toks, n, g.tokens);
     lb::set_graph_input(g.parents, parents, size_t(n) * sizeof(int32_t));
     set_positions_and_slots(g, n, depth_host_.data());
     if (g.mask) {

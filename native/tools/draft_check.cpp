@@ -84,7 +84,20 @@ ggml_backend_ptr make_backend(int device, int threads) {
 // The target's token embedding and output matrix (tied when output.weight is absent).
 struct TargetTensors {
     Owned own{2};
+    std::vector<char> embd_rows;  // the embedding on the host, as the engine reads it
+    lb::TokenEmbedding embedding;
     lb::DraftTarget view;
+
+    // Stages rows of `embd` (on the backend) from a host copy: blocks of up to 64 tokens.
+    void set_embedding(ggml_tensor * embd, ggml_backend_t be) {
+        embd_rows.resize(ggml_nbytes(embd));
+        ggml_backend_tensor_get(embd, embd_rows.data(), 0, embd_rows.size());
+        embedding.layout(embd, 64);
+        embedding.alloc(be);
+        embedding.set_host_rows(embd_rows.data());
+        view.tok_embd = embd;
+        view.embedding = &embedding;
+    }
 };
 
 void load_target(const std::string & path, ggml_backend_t be, TargetTensors & out) {
@@ -110,7 +123,7 @@ void load_target(const std::string & path, ggml_backend_t be, TargetTensors & ou
         if (!f) throw Error(LB_E_IO, "tool: short read of " + std::string(names[i]));
         ggml_backend_tensor_set(dst[i], data.data(), 0, data.size());
     }
-    out.view.tok_embd = dst[0];
+    out.set_embedding(dst[0], be);
     out.view.output = dst[1];
     out.view.n_layer = n_layer;
 }
@@ -336,16 +349,18 @@ int bench(const Args & a) {
     const int64_t n_vocab = std::stoll(a.need("n-vocab"));
     const std::string ot = a.get("out-type", "q6_k");
     const ggml_type otype = ot == "q8_0" ? GGML_TYPE_Q8_0 : ot == "bf16" ? GGML_TYPE_BF16 : GGML_TYPE_Q6_K;
-    Owned own(2);
+    TargetTensors tt;
     // Like unsloth's Q4_K_M: Q4_K embedding, Q6_K output (F16 where rows do not fill a block).
     auto fits = [&](ggml_type t) { return c.n_embd % ggml_blck_size(t) == 0 ? t : GGML_TYPE_F16; };
-    ggml_tensor * emb = ggml_new_tensor_2d(own.ctx, fits(GGML_TYPE_Q4_K), c.n_embd, n_vocab);
-    ggml_tensor * outm = ggml_new_tensor_2d(own.ctx, fits(otype), c.n_embd, n_vocab);
-    own.alloc(be);
+    ggml_tensor * emb = ggml_new_tensor_2d(tt.own.ctx, fits(GGML_TYPE_Q4_K), c.n_embd, n_vocab);
+    ggml_tensor * outm = ggml_new_tensor_2d(tt.own.ctx, fits(otype), c.n_embd, n_vocab);
+    tt.own.alloc(be);
     random_matrix(emb, 7);
     random_matrix(outm, 11);
-    lb::DraftTarget tv{emb, outm, std::stoi(a.need("n-layer"))};
-    auto model = lb::DraftModel::load(dir, be, tv, options(a));
+    tt.set_embedding(emb, be);
+    tt.view.output = outm;
+    tt.view.n_layer = std::stoi(a.need("n-layer"));
+    auto model = lb::DraftModel::load(dir, be, tt.view, options(a));
 
     const int32_t n_ctx = std::stoi(a.get("ctx-tokens", "1024")), iters = std::stoi(a.get("iters", "20"));
     std::vector<float> feats(size_t(n_ctx) * size_t(c.n_feat()));

@@ -20,7 +20,7 @@ from .defaults import demo_notice
 from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT,
                      DEFAULT_PREFIX_CACHE_GB, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
                      MAX_NEW_TOKENS, MAX_TREE, MAX_TREE_LIMIT, MAX_UBATCH, MAX_VRAM_GB, LOG_LEVELS,
-                     EngineConfig)
+                     EngineConfig, GenerationConfig, ServeConfig)
 
 PREFILL_BAR_MIN = 2048   # prompts at least this long get a progress bar
 CTX_ROUND = 256
@@ -69,10 +69,11 @@ def _options(*options):
     return decorate
 
 
-# options that go to EngineConfig as they are (option name -> field), gathered into `engine_opts`
+# options that go to EngineConfig as they are (option name -> field), gathered into `engine_opts`;
+# tests/test_cli.py checks every config field has an option (and its default)
 _ENGINE_FIELDS = {"kv": "kv", "cache_type_k": "cache_type_k", "cache_type_v": "cache_type_v", "device": "device",
                   "threads": "n_threads", "draft_window": "draft_window", "vram": "vram_gb", "ubatch": "ubatch",
-                  "max_tree": "max_tree", "log_level": "log_level"}
+                  "max_tree": "max_tree", "log_level": "log_level", "batch_invariant": "batch_invariant"}
 AUTO_CTX_HELP = ("auto: the largest that fits the GPU's free memory or --vram, up to the trained length "
                  "(on the CPU without --vram: 8192)")
 
@@ -111,17 +112,22 @@ def _model_options(max_ctx_help: str):
                      help="K cache type (as llama.cpp's), overriding --kv."),
         click.option("-ctv", "--cache-type-v", type=click.Choice(KV_TYPES), default=None,
                      help="V cache type (as llama.cpp's), overriding --kv."),
-        click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda or cuda:N."),
-        click.option("--threads", type=click.IntRange(min=0), default=0, help="CPU threads (0 = all)."),
+        click.option("--device", default=EngineConfig.device, show_default=True, help="auto, cpu, cuda or cuda:N."),
+        click.option("--threads", type=click.IntRange(min=0), default=EngineConfig.n_threads,
+                     help="CPU threads (0 = all)."),
         click.option("--ubatch", type=click.IntRange(1, MAX_UBATCH), default=None,
                      help="Prefill micro-batch in tokens (default 512, larger when the memory plan has room)."),
-        click.option("--draft-window", type=click.IntRange(0, MAX_CTX_LIMIT), default=0,
+        click.option("--draft-window", type=click.IntRange(0, MAX_CTX_LIMIT), default=EngineConfig.draft_window,
                      help="The draft sees the last W tokens only (0 = its config's sliding_window, else 4096); "
                           "changes acceptance, never the output."),
         click.option("--max-tree", type=click.IntRange(2, MAX_TREE_LIMIT), default=MAX_TREE, show_default=True,
                      help="Most nodes one verify holds, root included (sizes the tree scratch)."),
         click.option("--log-level", type=click.Choice(LOG_LEVELS), default=EngineConfig.log_level, show_default=True,
                      help="Native (ggml) log messages to show."),
+        click.option("--batch-invariant/--no-batch-invariant", default=EngineConfig.batch_invariant, show_default=True,
+                     help="Every token computes to the same bits in any batch, so speculative output equals AR "
+                          "bit for bit; --no-batch-invariant lets CUDA pick faster batch-dependent kernels "
+                          "(outputs may part at near-ties; the CPU is always invariant)."),
     )
 
     def decorate(fn):
@@ -304,7 +310,7 @@ def _read_prompt(argument, prompt, prompt_file) -> str:
 @click.option("-p", "--prompt", default=None,
               help="Prompt text, as the PROMPT argument (else --prompt-file, else stdin).")
 @click.option("--prompt-file", type=click.Path(dir_okay=False), default=None, help="Read the prompt from a file.")
-@_decode_options(n_gen_default=256)
+@_decode_options(n_gen_default=GenerationConfig.max_new_tokens)
 @_sampling_options("greedy")
 @click.option("--raw", is_flag=True, help="Send the prompt as is, without the chat template.")
 @click.option("--ignore-eos", is_flag=True, help="Keep generating past end-of-sequence.")
@@ -349,7 +355,7 @@ def run(prompt_argument, prompt, prompt_file, n_gen, mode, budget, draft_top_k, 
 
 
 @main.command()
-@_decode_options(n_gen_default=1024)
+@_decode_options(n_gen_default=1024)  # per chat reply (run takes GenerationConfig.max_new_tokens)
 @_sampling_options("the model's recommended settings")
 @click.option("--ignore-eos", is_flag=True, hidden=True, help="Replies always run to --n-gen (tests, demos).")
 @_model_options(f"Context tokens for the whole conversation (default {AUTO_CTX_HELP}).")
@@ -450,14 +456,13 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temp
               help="Host memory for prefix snapshots (0 = off).")
 @click.option("--api-key", envvar="LUCEBOX_API_KEY", default=None,
               help="Require this key (Authorization: Bearer or x-api-key); else $LUCEBOX_API_KEY.")
-@click.option("--model-name", default="lucebox", show_default=True, help="Model id the server reports and accepts.")
+@click.option("--model-name", default=ServeConfig.model_name, show_default=True,
+              help="Model id the server reports and accepts.")
 @_model_options(f"Context tokens per request, prompt + reply (default {AUTO_CTX_HELP}).")
 @_friendly_errors
 def serve(host, port, max_queue, prefix_cache_gb, api_key, model_name, target, draft, no_draft, max_ctx,
           engine_opts):
     """OpenAI- and Anthropic-compatible HTTP server (/v1/chat/completions, /v1/messages, ...)."""
-    from .config import ServeConfig
-
     config = ServeConfig(host=host, port=port, max_queue=max_queue, prefix_cache_gb=prefix_cache_gb,
                          api_key=api_key, model_name=model_name)
     from .server import serve as run_server  # FastAPI + uvicorn: imported only for this command

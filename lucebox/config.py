@@ -21,7 +21,7 @@ PENALTY_LAST_N = 64
 # `lucebox chat` when the GGUF names no sampling settings: Qwen's published thinking-mode ones.
 CHAT_SAMPLING = {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.0}
 MAX_TREE = 64  # nodes per verify, root included (native max_tree)
-MAX_TREE_LIMIT = 1024
+MAX_TREE_LIMIT = 1024  # native kMaxTreeLimit (load_params.hpp says why); ddtree and the CLI take it from here
 MAX_BUDGET = MAX_TREE_LIMIT - 1  # draft nodes of the largest tree
 # Draft candidates per block position: a tree of at most MAX_BUDGET draft nodes never uses a rank
 # past that, and the draft's output buffers grow with it ((block_size - 1) * top_k): a typo like

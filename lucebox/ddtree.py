@@ -24,9 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-DEFAULT_BUDGET = 22
-# EngineConfig accepts max_tree up to 1024 nodes, root included; a tree never needs more.
-MAX_BUDGET = 1023
+from .config import DEFAULT_BUDGET, MAX_BUDGET  # MAX_BUDGET: draft nodes of the largest tree max_tree allows
 
 
 @dataclass(eq=False)

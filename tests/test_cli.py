@@ -1,6 +1,7 @@
 """lucebox.cli: options, errors and streaming, through click's runner and a real subprocess."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from click.testing import CliRunner
 
 from lucebox import defaults, hub
 from lucebox.cli import DEMO_NOTICE, main
+from lucebox.config import EngineConfig, GenerationConfig, ServeConfig
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -71,6 +73,47 @@ def test_command_help(command):
     result = CliRunner().invoke(main, [command, "--help"])
     assert result.exit_code == 0
     assert "Usage:" in result.output
+
+
+# --- options 1:1 with the config dataclasses (one home for each default: config.py) -----------
+# options named apart from the field they set (--no-chain-seed sets chain_seed to the flag's negation)
+RENAMED = {"threads": "n_threads", "vram": "vram_gb", "n_gen": "max_new_tokens", "no_chain_seed": "chain_seed"}
+# Per command: the dataclasses whose every field needs an option, and the options that set no field.
+# --no-draft is draft=None; run's and chat's others say where the prompt comes from, how it is wrapped
+# and what is printed. serve has no GenerationConfig options: each request carries its own
+# (lucebox/server/options.py). bench sweeps decode settings of its own over one engine.
+COMMAND_CONFIGS = {
+    "run": ((EngineConfig, GenerationConfig),
+            {"no_draft", "prompt_argument", "prompt", "prompt_file", "system", "raw", "stats"}),
+    "chat": ((EngineConfig, GenerationConfig), {"no_draft", "system"}),
+    "serve": ((EngineConfig, ServeConfig), {"no_draft"}),
+    "bench": ((EngineConfig,), {"no_draft", "prompt_files", "n_prompts", "max_new_tokens", "budgets", "with_chain",
+                                "draft_top_k", "temperature", "seed", "stop_at_eos", "json_path"}),
+}
+# option defaults that differ from the field's on purpose (an option defaulting to None lets the
+# command decide at run time, e.g. --max-ctx fits the prompt, and is not compared)
+OWN_DEFAULTS = {("chat", "max_new_tokens")}
+
+
+@pytest.mark.parametrize("command", sorted(COMMAND_CONFIGS))
+def test_options_are_one_to_one_with_the_config(command, monkeypatch):
+    monkeypatch.delenv("LUCEBOX_API_KEY", raising=False)  # serve's --api-key default
+    configs, not_fields = COMMAND_CONFIGS[command]
+    fields = {f.name: f for config in configs for f in dataclasses.fields(config)}
+    cmd = main.commands[command]
+    # the values the command receives when no option is given
+    defaults_given = {RENAMED.get(k, k): v for k, v in cmd.make_context(command, []).params.items()}
+    assert sorted(set(fields) - set(defaults_given)) == [], f"{command}: config fields with no option"
+    assert sorted(set(defaults_given) - set(fields)) == sorted(not_fields), \
+        f"{command}: options that set no config field"
+    for name, field in fields.items():
+        given = defaults_given[name]
+        if given is None or (command, name) in OWN_DEFAULTS:
+            continue
+        want = field.default_factory() if field.default_factory is not dataclasses.MISSING else field.default
+        if name == "chain_seed":
+            given = not given
+        assert given == want, f"{command}: option for {name} defaults to {given!r}, the config to {want!r}"
 
 
 def test_no_model_anywhere(no_models):
@@ -237,9 +280,10 @@ def test_run_takes_the_prompt_as_an_argument(tiny_pair, reference):
 
 def test_run_tree_and_stop_options(tiny_pair, reference):
     runner = CliRunner()
-    # tree shape and logging options change neither the text (greedy-exact) nor stderr's one-line rule
+    # tree shape, logging and kernel options change neither the text (greedy-exact; the CPU is always
+    # batch invariant) nor stderr's one-line rule
     tuned = runner.invoke(main, ["run", "Hello", "-n", "12", "--no-chain-seed", "--max-tree", "32",
-                                 "--log-level", "quiet", *_models(tiny_pair)])
+                                 "--log-level", "quiet", "--no-batch-invariant", *_models(tiny_pair)])
     assert tuned.exit_code == 0, tuned.output
     assert tuned.stdout.rstrip("\n") == reference["chat"].rstrip("\n")
     text = reference["chat"].rstrip("\n")

@@ -227,6 +227,27 @@ def test_dflash_built_draft_matches(tmp_path, target, layers, window):
     assert_same(got, run_reference(draft, target))
 
 
+def test_graphs_are_reused_while_their_shape_holds(tmp_path, target, tiny_draft_dirs):
+    # A call uploads its inputs into the cached graph of its shape (GraphSlot, backend.hpp); a graph is
+    # built only for a new shape: an append size, or the propose's attended rows (every 256) or top_k.
+    draft = tiny_draft_dirs["sliding"]
+    script = [("append", 13),                                   # append graph for 13 tokens
+              ("propose", 7, 4), ("propose", 7, 4),             # propose graph (16 + 13 rows -> 256)
+              ("append", 1), ("propose", 9, 4),                 # append graph for 1 token
+              ("append", 1), ("propose", 2, 4),                 # both reused
+              ("propose", 2, 5),                                # top_k 5: propose graph again
+              ("append", 40), ("append", 40),                   # one graph for chunks over a block
+              ("propose", 3, 5),                                # reused: 95 + 16 rows still pad to 256
+              ("append", 250), ("propose", 4, 5)]               # larger chunk and 345 + 16 -> 512 rows
+    feats = features(target, n=13 + 1 + 1 + 40 + 40 + 250)
+    got, proc = run_tool(tmp_path, draft, target, script, feats)
+    # 13 tokens, propose (K 4), 1 token, propose (K 5), 40 tokens, 250 tokens, propose (512 rows)
+    assert "draft graph builds: 7\n" in proc.stdout
+    np.testing.assert_array_equal(got[0][0], got[1][0])  # a reused graph computes the same bits
+    np.testing.assert_array_equal(got[0][1], got[1][1])
+    assert_same(got, run_reference(draft, target, script, feats))
+
+
 def test_window_and_causality_come_from_config(tmp_path, target):
     # Guards the parity test above: the same weights read with another window must disagree.
     draft = make_draft(tmp_path / "draft", target, SLIDING, 6)

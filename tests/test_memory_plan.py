@@ -35,8 +35,13 @@ def sampled(rows: int) -> SampleBuffers:
 
 
 def run_every_call_at_full_depth(h: Handle, max_ctx: int, ubatch: int, nodes: int, block: int) -> None:
-    """Commits of every path length, moved and in place; then prefill, step and verify (greedy and
-    sampled) with every KV row attended, and the draft over a full ring."""
+    """Draft appends of every size up to a block; commits of every path length, moved and in place;
+    then prefill, step and verify (greedy and sampled) with every KV row attended, and the draft over
+    every row of its ring."""
+    for n in range(1, block + 1):  # the draft keeps one append graph per size up to a block
+        h.reset()
+        h.prefill(tokens(n, 9))
+    h.reset()
     h.prefill(tokens(ubatch, 1))  # the draft's largest append: one micro-batch into an empty ring
     out = np.zeros(nodes, np.int32)
     for n_path in range(1, block + 1):
@@ -51,7 +56,8 @@ def run_every_call_at_full_depth(h: Handle, max_ctx: int, ubatch: int, nodes: in
     io = sampled(nodes)
     h.prefill_sampled(tokens(ubatch, 3), io)  # a whole micro-batch attending every row, sampled
     rows, k = h.info()["block_size"] - 1, 8
-    h.draft(1, np.zeros((rows, k), np.int32), np.zeros((rows, k), np.float32))
+    draft_out = np.zeros((rows, k), np.int32), np.zeros((rows, k), np.float32)
+    h.draft(1, *draft_out)
     tree = np.array([-1] + list(range(nodes - 1)), np.int32)
     h.verify(tokens(nodes, 4), tree, out)
     h.verify_sampled(tokens(nodes, 5), tree, out, io)
@@ -59,6 +65,8 @@ def run_every_call_at_full_depth(h: Handle, max_ctx: int, ubatch: int, nodes: in
     h.step(7)
     h.step_sampled(8, io)
     assert h.n_past() == max_ctx - nodes + 3
+    h.prefill(tokens(max_ctx - 1 - h.n_past(), 6))
+    h.draft(1, *draft_out)  # at the last position: every ring row attended, also when the ring is the context
 
 
 @pytest.mark.parametrize("kv,window", [(("f16", "f16"), 100), (("q8_0", "q4_0"), 0)])

@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from lucebox._native import Handle, NativeError
+from lucebox.config import MAX_TREE_LIMIT
 
 DEVICE = 0 if os.environ.get("LUCEBOX_TEST_BACKEND") == "cuda" else -1
 
@@ -118,6 +119,16 @@ def test_bad_params(good):
     assert err.status == E_INVALID_ARG and "max_tree" in str(err)
     err = load_error(good, max_ctx=0)
     assert err.status == E_INVALID_ARG and "max_ctx" in str(err)
+
+
+def test_tree_limit_is_the_native_one(good):
+    # config.MAX_TREE_LIMIT (what EngineConfig and the CLI accept) mirrors native kMaxTreeLimit:
+    # the library loads with it and refuses one node more
+    with closing(Handle(good, max_ctx=64, max_tree=MAX_TREE_LIMIT, device=DEVICE)) as h:
+        assert h.info()["max_tree"] == MAX_TREE_LIMIT
+    err = load_error(good, max_tree=MAX_TREE_LIMIT + 1)
+    assert err.status == E_INVALID_ARG
+    assert f"max_tree {MAX_TREE_LIMIT + 1} is out of range [1, {MAX_TREE_LIMIT}]" in str(err)
 
 
 def test_missing_draft_folder(good, tmp_path):

@@ -61,8 +61,8 @@ stage_test() {
 
 stage_kernels() {
     log "small-batch K-quant kernels: exactness, batch invariance, bandwidth (lbq_check)"
-    nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu \
-        -o "$WORK/lbq_check" >"$OUT/lbq.txt" 2>&1 && "$WORK/lbq_check" >>"$OUT/lbq.txt" 2>&1
+    nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src -I vendor/src/ggml/src/ggml-cuda \
+        benchmarks/kernels/lbq_check.cu -o "$WORK/lbq_check" >"$OUT/lbq.txt" 2>&1 && "$WORK/lbq_check" >>"$OUT/lbq.txt" 2>&1
     local rc=$?
     # the layer chain again without programmatic dependent launch, for comparison
     GGML_CUDA_PDL=0 "$WORK/lbq_check" chain >>"$OUT/lbq.txt" 2>&1 || rc=1

@@ -2,7 +2,9 @@
 // (src/ggml-cuda/lbq-kernels.cuh in the materialized tree): results against a CPU dequantize-and-multiply
 // reference, batch invariance (a column computes to the same bits alone and in a batch), and weight
 // bandwidth at decode shapes. Correctness runs with k split 1..3 and the shape's own plan.
-//   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
+//   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src \
+//        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
+// The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -15,6 +17,17 @@
 #include <vector>
 
 #include "lbq-kernels.cuh"
+
+// common.cuh's CUDA_CHECK and device query are defined in ggml-cuda.cu, which this checker does not link.
+void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
+    std::fprintf(stderr, "CUDA error: %s\n  in %s at %s:%d: %s\n", msg, func, file, line, stmt);
+    std::exit(1);
+}
+int ggml_cuda_get_device() {
+    int id = 0;
+    if (cudaGetDevice(&id) != cudaSuccess) ggml_cuda_error("cudaGetDevice", __func__, __FILE__, __LINE__, "no device");
+    return id;
+}
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); std::exit(1); } } while (0)
@@ -195,9 +208,9 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
 // Stands in for the small ggml op between two products (a norm, an add): reads the last product's
 // output, writes the next input. Launched and synchronized like ggml's kernels (dependent launch).
 __global__ void glue(const float * y, int64_t m, float * x, int64_t k, int n) {
-    lbq::dep_wait();
+    ggml_cuda_pdl_sync();
     for (int64_t i = threadIdx.x; i < k; i += blockDim.x) x[int64_t(blockIdx.x) * k + i] = 1e-3f * y[int64_t(blockIdx.x) * m + i % m];
-    lbq::dep_release();
+    ggml_cuda_pdl_lc();
 }
 
 // A 27B DeltaNet layer's products at 23 columns (as verify runs them: in-projections sharing one
@@ -230,7 +243,7 @@ static void chain_bench(bool fused) {
     float * part; CK(cudaMalloc(&part, part_max * 4));
     cudaStream_t st; CK(cudaStreamCreate(&st));
     const char * env = std::getenv("GGML_CUDA_PDL");
-    const bool pdl = !(env && std::atoi(env) == 0);  // the stand-in follows ggml's kernels
+    const bool pdl = !(env && std::atoi(env) == 0);  // as ggml_cuda_kernel_launch reads it (for the report)
     auto enqueue = [&] {
         size_t i = 0;
         for (int l = 0; l < n_layers; ++l)
@@ -238,8 +251,8 @@ static void chain_bench(bool fused) {
                 lbq::launch<Kind::Q4_K>(plans[i], ws[i], p.k / 256 * lbq::kQ4KBytes, int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
                                         ys[i], p.m, st);
                 if (p.out >= 0) {
-                    lbq::launch_dep(pdl, glue, dim3(n), dim3(256), 0, st, static_cast<const float *>(ys[i]), p.m, xs[p.out],
-                                    ks[p.out], n);
+                    ggml_cuda_kernel_launch(glue, ggml_cuda_kernel_launch_params(dim3(n), dim3(256), 0, st),
+                                            static_cast<const float *>(ys[i]), p.m, xs[p.out], ks[p.out], n);
                 }
                 ++i;
             }

@@ -177,7 +177,7 @@ void mark_graph_reusable(ggml_cgraph * gf) {
 #endif
 }
 
-void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * what) {
+void check_graph_supported(ggml_backend_t backend, ggml_cgraph * gf, const char * what) {
     const int n = ggml_graph_n_nodes(gf);
     for (int i = 0; i < n; ++i) {
         ggml_tensor * node = ggml_graph_node(gf, i);
@@ -186,12 +186,13 @@ void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * wha
             op == GGML_OP_TRANSPOSE) {
             continue;
         }
-        if (!ggml_backend_supports_op(b.get(), node)) {
+        if (!ggml_backend_supports_op(backend, node)) {
             const ggml_tensor * s0 = node->src[0];
             throw Error(LB_E_UNSUPPORTED,
-                        std::string(what) + ": " + b.name() + " cannot run op " + ggml_op_desc(node) + " on " +
-                            (s0 ? ggml_type_name(s0->type) : "-") + " [" + std::to_string(s0 ? s0->ne[0] : 0) + ", " +
-                            std::to_string(s0 ? s0->ne[1] : 0) + "] (node " + node->name +
+                        std::string(what) + ": " + ggml_backend_name(backend) + " cannot run op " +
+                            ggml_op_desc(node) + " on " + (s0 ? ggml_type_name(s0->type) : "-") + " [" +
+                            std::to_string(s0 ? s0->ne[0] : 0) + ", " + std::to_string(s0 ? s0->ne[1] : 0) +
+                            "] (node " + node->name +
                             "); this model shape or tensor type is not supported on this device");
         }
     }

@@ -70,27 +70,41 @@ size_t plan_graph_bytes(ggml_cgraph * gf, ggml_backend_buffer_type_t buft);
 void mark_graph_reusable(ggml_cgraph * gf);
 
 // Throws Error(LB_E_UNSUPPORTED) naming the first node the backend cannot run.
-void check_graph_supported(const Backend & b, ggml_cgraph * gf, const char * what);
+void check_graph_supported(ggml_backend_t backend, ggml_cgraph * gf, const char * what);
 
 // A graph built once and computed again while its shape holds, with its own compute buffer: reusing
-// the graph object keeps tensor addresses (and ggml-cuda's captured CUDA graph) stable across calls.
+// the graph object keeps tensor addresses (and ggml-cuda's captured CUDA graph) stable across calls,
+// so a call only uploads its inputs. The one graph-reuse mechanism of the target (engine.hpp) and the
+// draft (draft_model.hpp). Graph: a struct with `GraphMeta meta` (and `shape` for graph_for).
 template <class Graph>
 struct GraphSlot {
     std::unique_ptr<Graph> graph;
-    ggml_gallocr_ptr galloc;
+    ggml_gallocr_ptr galloc;  // grows to the largest graph the slot has held; never shrinks
+    int32_t builds = 0;       // graphs installed so far (tests check that calls reuse them)
 };
 
 // Makes a freshly built graph the slot's: checks every op runs on the backend, marks the graph
 // reusable and places its tensors in the slot's compute buffer (LB_E_OOM names `fix`).
 template <class Graph>
-Graph & install_graph(const Backend & b, GraphSlot<Graph> & slot, std::unique_ptr<Graph> g, const char * what,
+Graph & install_graph(ggml_backend_t backend, GraphSlot<Graph> & slot, std::unique_ptr<Graph> g, const char * what,
                       const std::string & fix) {
-    check_graph_supported(b, g->meta.gf, what);
+    check_graph_supported(backend, g->meta.gf, what);
     mark_graph_reusable(g->meta.gf);
-    if (!slot.galloc) slot.galloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(b.get())));
-    alloc_graph_or_throw(slot.galloc.get(), g->meta.gf, b.get(), what, fix);
+    if (!slot.galloc) slot.galloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
+    alloc_graph_or_throw(slot.galloc.get(), g->meta.gf, backend, what, fix);
     slot.graph = std::move(g);
+    ++slot.builds;
     return *slot.graph;
+}
+
+// The slot's graph when it was built for `shape` (compared with Graph::shape), else the graph
+// build() returns (a std::unique_ptr<Graph>), installed in its place.
+template <class Graph, class Shape, class Build>
+Graph & graph_for(ggml_backend_t backend, GraphSlot<Graph> & slot, const Shape & shape, Build && build,
+                  const char * what, const std::string & fix) {
+    if (slot.graph && slot.graph->shape == shape) return *slot.graph;
+    slot.graph.reset();  // its tensors' metadata before the next graph's
+    return install_graph(backend, slot, build(), what, fix);
 }
 
 // Routes ggml's log through lucebox's level (LB_LOG_*); process-wide, last call wins.

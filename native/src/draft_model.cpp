@@ -94,8 +94,6 @@ std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backe
                                         "draft's context cache (" + std::to_string(m->rows_) + " rows)", "lower max_ctx");
     // Rows past the live ones are masked out, but 0 * NaN would still poison the attention sum.
     ggml_backend_buffer_clear(m->kv_buf_.get(), 0);
-    m->galloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
-    if (!m->galloc_) throw Error(LB_E_OOM, "draft: cannot create the graph allocator");
     return m;
 }
 
@@ -110,13 +108,18 @@ DraftMemory DraftModel::plan(const std::string & dir, ggml_backend_dev_t dev, co
     out.cache = ggml_backend_alloc_ctx_tensors_from_buft_size(m->kv_ctx_.get(), buft);
     mark_placed(m->weights_->ctx.get());
     mark_placed(m->kv_ctx_.get());
-    // the largest append (a prefill micro-batch or an accepted path, in ring-sized chunks) and the
-    // propose over a full ring share one allocator: its buffer is the larger graph's
-    GraphMeta ga(m->graph_nodes());
-    m->build_append(ga.ctx.get(), ga.gf, &feats, std::min({max_append, kAppendChunk, m->ctx_size_}));
-    GraphMeta gp(m->graph_nodes());
-    m->build_propose(gp.ctx.get(), gp.gf, m->rows_, std::min(top_k, m->n_vocab_));
-    out.compute = std::max(plan_graph_bytes(ga.gf, buft), plan_graph_bytes(gp.gf, buft));
+    // the graph slots at their largest (see append_slots_): an append graph for every size up to a
+    // block, one for the largest chunk past that (a prefill micro-batch, at most kAppendChunk and the
+    // ring), and the propose graph over a full ring
+    const int32_t chunk = std::min({max_append, kAppendChunk, m->ctx_size_});
+    AppendShape shape;
+    auto append_bytes = [&](int32_t n) {
+        m->set_append_shape(shape, &feats, n);
+        return plan_graph_bytes(m->build_append(shape, &feats)->meta.gf, buft);
+    };
+    for (int32_t n = 1; n <= std::min(chunk, m->cfg_.block_size); ++n) out.compute += append_bytes(n);
+    if (chunk > m->cfg_.block_size) out.compute += append_bytes(chunk);
+    out.compute += plan_graph_bytes(m->build_propose({m->rows_, std::min(top_k, m->n_vocab_)})->meta.gf, buft);
     return out;
 }
 
@@ -141,8 +144,25 @@ size_t DraftModel::cache_bytes() const {
     return kv_buf_ ? ggml_backend_buffer_get_size(kv_buf_.get()) : 0;
 }
 
+namespace {
+
+template <class Graph>
+size_t slot_bytes(const GraphSlot<Graph> & slot) {
+    return slot.galloc ? ggml_gallocr_get_buffer_size(slot.galloc.get(), 0) : 0;
+}
+
+}  // namespace
+
 size_t DraftModel::compute_bytes() const {
-    return galloc_ ? ggml_gallocr_get_buffer_size(galloc_.get(), 0) : 0;
+    size_t bytes = slot_bytes(append_large_) + slot_bytes(propose_slot_);
+    for (const auto & kv : append_slots_) bytes += slot_bytes(kv.second);
+    return bytes;
+}
+
+int32_t DraftModel::graph_builds() const {
+    int32_t builds = append_large_.builds + propose_slot_.builds;
+    for (const auto & kv : append_slots_) builds += kv.second.builds;
+    return builds;
 }
 
 ggml_tensor * DraftModel::rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w) const {
@@ -204,12 +224,25 @@ ggml_tensor * DraftModel::project_context(ggml_context * ctx, ggml_tensor * feat
     return rms(ctx, matmul(ctx, weights_->fc, feat_cat), weights_->hidden_norm);
 }
 
-// The append graph of n tokens: feats, device features gathered by row (AppendGraph::rows), or
+void DraftModel::set_append_shape(AppendShape & s, const std::vector<ggml_tensor *> * feats, int32_t n) const {
+    s.n = n;
+    s.feats.clear();
+    for (size_t i = 0; feats && i < feats->size(); ++i) {
+        ggml_tensor * f = (*feats)[i];
+        s.feats.push_back({f, f->data, f->type, f->ne[0], f->nb[1]});
+    }
+}
+
+// The append graph of s.n tokens: feats, device features gathered by row (AppendGraph::rows), or
 // nullptr for host features (AppendGraph::host).
-DraftModel::AppendGraph DraftModel::build_append(ggml_context * ctx, ggml_cgraph * gf,
-                                                 const std::vector<ggml_tensor *> * feats, int32_t n) const {
+std::unique_ptr<DraftModel::AppendGraph> DraftModel::build_append(const AppendShape & s,
+                                                                  const std::vector<ggml_tensor *> * feats) const {
     const DraftConfig & c = cfg_;
-    AppendGraph g;
+    const int32_t n = s.n;
+    auto out = std::make_unique<AppendGraph>(s, graph_nodes());
+    AppendGraph & g = *out;
+    ggml_context * ctx = g.meta.ctx.get();
+    ggml_cgraph * gf = g.meta.gf;
     g.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
     g.slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
     ggml_set_input(g.pos);
@@ -241,28 +274,30 @@ DraftModel::AppendGraph DraftModel::build_append(ggml_context * ctx, ggml_cgraph
         ggml_build_forward_expand(gf, ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, n), g.slots));
         ggml_build_forward_expand(gf, ggml_set_rows(ctx, v_cache_[l], v, g.slots));
     }
-    return g;
+    return out;
 }
 
 // n tokens landing in consecutive ring slots (the caller splits at the wrap).
 void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const int32_t * rows, const float * host,
                               int32_t n) {
     const int32_t slot0 = n_past_ % ctx_size_;
-    GraphMeta meta(graph_nodes(), &meta_append_);
-    const AppendGraph g = build_append(meta.ctx.get(), meta.gf, host ? nullptr : feats, n);
-    alloc_graph_or_throw(galloc_.get(), meta.gf, backend_, "draft's append graph", "lower max_ctx or ubatch");
+    if (host) feats = nullptr;
+    set_append_shape(append_key_, feats, n);
+    GraphSlot<AppendGraph> & slot = n <= cfg_.block_size ? append_slots_[n] : append_large_;
+    const AppendGraph & g = graph_for(backend_, slot, append_key_, [&] { return build_append(append_key_, feats); },
+                                      "draft's append graph", "lower max_ctx or ubatch");
 
-    std::vector<int32_t> pos_v(static_cast<size_t>(n));
-    std::vector<int64_t> slot_v(static_cast<size_t>(n));
+    host_.pos.resize(size_t(n));
+    host_.slots.resize(size_t(n));
     for (int32_t i = 0; i < n; ++i) {
-        pos_v[i] = n_past_ + i;
-        slot_v[i] = slot0 + i;
+        host_.pos[size_t(i)] = n_past_ + i;
+        host_.slots[size_t(i)] = slot0 + i;
     }
-    ggml_backend_tensor_set(g.pos, pos_v.data(), 0, ggml_nbytes(g.pos));
-    ggml_backend_tensor_set(g.slots, slot_v.data(), 0, ggml_nbytes(g.slots));
+    ggml_backend_tensor_set(g.pos, host_.pos.data(), 0, ggml_nbytes(g.pos));
+    ggml_backend_tensor_set(g.slots, host_.slots.data(), 0, ggml_nbytes(g.slots));
     if (g.host) ggml_backend_tensor_set(g.host, host, 0, ggml_nbytes(g.host));
     if (g.rows) ggml_backend_tensor_set(g.rows, rows, 0, ggml_nbytes(g.rows));
-    compute(meta.gf, "append");
+    compute(g.meta.gf, "append");
     for (int32_t i = 0; i < n; ++i) slot_pos_[size_t(slot0 + i)] = n_past_ + i;
     n_past_ += n;
 }

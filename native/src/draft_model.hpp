@@ -24,6 +24,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,8 +34,10 @@
 #include "ggml-cpp.h"
 #include "ggml.h"
 
+#include "backend.hpp"
 #include "draft_config.hpp"
 #include "draft_weights.hpp"
+#include "layers.hpp"
 #include "token_embedding.hpp"
 
 namespace lb {
@@ -81,8 +84,8 @@ public:
     static std::unique_ptr<DraftModel> load(const std::string & dir, ggml_backend_t backend,
                                             const DraftTarget & target, const DraftOptions & opt);
     // What load() on `dev` would hold, without memory: weights, context cache, and the compute
-    // buffer once the largest append (max_append tokens of `feats`, the target's capture tensors,
-    // which may be unplaced) and a propose over a full ring with top_k candidates have run.
+    // buffers once appends of every size up to max_append tokens of `feats` (the target's capture
+    // tensors, which may be unplaced) and a propose over a full ring with top_k candidates have run.
     static DraftMemory plan(const std::string & dir, ggml_backend_dev_t dev, const DraftTarget & target,
                             const DraftOptions & opt, const std::vector<ggml_tensor *> & feats, int32_t max_append,
                             int32_t top_k);
@@ -95,7 +98,8 @@ public:
     int32_t ctx_size() const { return ctx_size_; }  // ring slots: the most recent tokens it keeps
     size_t weight_bytes() const { return weights_->nbytes(); }
     size_t cache_bytes() const;
-    size_t compute_bytes() const;  // the graph buffer: the largest append / propose graph so far
+    size_t compute_bytes() const;  // the cached graphs' compute buffers
+    int32_t graph_builds() const;  // append and propose graphs built so far (calls reuse them)
     void reset() { n_past_ = 0; }                 // forget the context (lb_reset)
 
     // The context as bytes (state.cpp's snapshots): n_past, each live slot's position, then per
@@ -126,16 +130,40 @@ private:
     size_t graph_nodes() const { return 1024 + size_t(cfg_.n_layer) * 64; }
     static std::unique_ptr<DraftModel> layout(const std::string & dir, ggml_backend_dev_t dev,
                                               const DraftTarget & target, const DraftOptions & opt);
-    // The append graph's inputs (the graph itself is in meta_append_): positions and ring slots of
-    // the n tokens, and their features as host rows or as device columns to gather.
+    // A device feature tensor as an append graph reads it: the same tensor object reallocated
+    // (other data, type or row stride) needs a new graph.
+    struct FeatureSource {
+        ggml_tensor * tensor = nullptr;
+        const void * data = nullptr;
+        ggml_type type = GGML_TYPE_F32;
+        int64_t ne0 = 0;
+        size_t nb1 = 0;
+        bool operator==(const FeatureSource & o) const {
+            return tensor == o.tensor && data == o.data && type == o.type && ne0 == o.ne0 && nb1 == o.nb1;
+        }
+    };
+    // What an append graph is built for: n tokens, their features from host rows (feats empty) or
+    // gathered from device tensors.
+    struct AppendShape {
+        int32_t n = 0;
+        std::vector<FeatureSource> feats;
+        bool operator==(const AppendShape & o) const { return n == o.n && feats == o.feats; }
+    };
+    // The append graph and its inputs: positions and ring slots of the n tokens, and their features
+    // as host rows or as device columns to gather.
     struct AppendGraph {
+        AppendShape shape;
+        GraphMeta meta;
         ggml_tensor * pos = nullptr;    // i32 [n]
         ggml_tensor * slots = nullptr;  // i64 [n]
         ggml_tensor * host = nullptr;   // f32 [n_feat, n] (host features) or nullptr
         ggml_tensor * rows = nullptr;   // i32 [n] (device features) or nullptr
+
+        AppendGraph(const AppendShape & s, size_t max_nodes) : shape(s), meta(max_nodes) {}
     };
-    AppendGraph build_append(ggml_context * ctx, ggml_cgraph * gf, const std::vector<ggml_tensor *> * feats,
-                             int32_t n) const;
+    // feats: the device tensors, or nullptr for host features
+    void set_append_shape(AppendShape & s, const std::vector<ggml_tensor *> * feats, int32_t n) const;
+    std::unique_ptr<AppendGraph> build_append(const AppendShape & s, const std::vector<ggml_tensor *> * feats) const;
     void append_chunk(const std::vector<ggml_tensor *> * feats, const int32_t * rows, const float * host,
                       int32_t n);
     ggml_tensor * project_context(ggml_context * ctx, ggml_tensor * feat_cat) const;
@@ -143,18 +171,25 @@ private:
     void compute(ggml_cgraph * gf, const char * what);
     bool flash_supported(ggml_backend_dev_t dev) const;
 
-    // propose(), in stages (draft_propose.cpp). The propose graph's inputs and outputs (the graph
-    // itself is in meta_propose_).
+    // propose(), in stages (draft_propose.cpp): the graph, its inputs and outputs.
+    struct ProposeShape {
+        int32_t n_kv = 0;   // context cache rows attended (live context + block, padded)
+        int32_t top_k = 0;  // K
+        bool operator==(const ProposeShape & o) const { return n_kv == o.n_kv && top_k == o.top_k; }
+    };
     struct ProposeGraph {
-        int32_t n_kv = 0;                    // context cache rows attended (live context + block, padded)
+        ProposeShape shape;
+        GraphMeta meta;
         ggml_tensor * toks = nullptr;        // i32 [B]: last, then mask tokens
         ggml_tensor * pos = nullptr;         // i32 [B]: positions P..P+B-1
         ggml_tensor * slots = nullptr;       // i64 [B]: cache rows the block's K/V go to
         std::vector<ggml_tensor *> masks;    // f16 [n_kv, B] per mask kind
         TopKLogProbs top{};                  // [K, B-1] each
+
+        ProposeGraph(const ProposeShape & s, size_t max_nodes) : shape(s), meta(max_nodes) {}
     };
     void init_mask_kinds();
-    ProposeGraph build_propose(ggml_context * ctx, ggml_cgraph * gf, int32_t n_kv, int32_t top_k) const;
+    std::unique_ptr<ProposeGraph> build_propose(const ProposeShape & s) const;
     ggml_tensor * block_layer(ggml_context * ctx, const ProposeGraph & g, int32_t l, ggml_tensor * x) const;
     void set_propose_inputs(const ProposeGraph & g, int32_t last, int32_t n_valid);
     void fill_mask(const DraftLayerAttn & kind, int32_t n_valid, int32_t n_kv, int32_t B, ggml_fp16_t * out) const;
@@ -176,18 +211,23 @@ private:
     int32_t n_past_ = 0;
 
     bool use_flash_ = true;
-    ggml_gallocr_ptr galloc_;
-    // Graph metadata arenas, one per graph kind: ggml-cuda keys its captured CUDA graphs by the
-    // first node's address, so append and propose must not share one.
-    std::vector<uint8_t> meta_append_, meta_propose_;
+    // Cached graphs (GraphSlot), each with its own compute buffer, rebuilt only when their shape
+    // changes: one append graph per size up to a block (accepted paths and AR steps: the size changes
+    // every step), one for larger chunks (prefill micro-batches), and the propose graph (its
+    // attended rows change every kKvPad tokens).
+    std::map<int32_t, GraphSlot<AppendGraph>> append_slots_;
+    GraphSlot<AppendGraph> append_large_;
+    GraphSlot<ProposeGraph> propose_slot_;
+    AppendShape append_key_;  // reused by every append (no allocation per call)
 
     // propose(): one attention mask per distinct (causal, window) kind of layer (the 3.6 draft has
-    // two, the 3.5 draft one), and host staging reused by every call
+    // two, the 3.5 draft one)
     std::vector<DraftLayerAttn> mask_kinds_;
     std::vector<int32_t> mask_of_layer_;   // [n_layer]: index into mask_kinds_
-    struct ProposeHost {
-        std::vector<int32_t> toks, pos;    // [B]
-        std::vector<int64_t> slots;        // [B]
+    // host staging for graph inputs and outputs, reused by every append and propose
+    struct HostStaging {
+        std::vector<int32_t> toks, pos;    // [B] (pos: [n] in append)
+        std::vector<int64_t> slots;        // [B] ([n] in append)
         std::vector<ggml_fp16_t> mask;     // [B, n_kv]
         std::vector<int32_t> ids, order;   // [B-1, K], [K]
         std::vector<float> logp;           // [B-1, K]

@@ -85,25 +85,25 @@ void DraftModel::propose(int32_t last, int32_t top_k, int32_t * ids, float * log
     if (!ids || !logp) throw Error(LB_E_INVALID_ARG, "draft: null output buffer");
 
     const int32_t n_valid = std::min(n_past_, ctx_size_);  // live context rows: slots 0..n_valid-1
-    const int32_t n_kv = std::min(pad_kv_rows(n_valid + B), rows_);
-    GraphMeta meta(graph_nodes(), &meta_propose_);
-    const ProposeGraph g = build_propose(meta.ctx.get(), meta.gf, n_kv, top_k);
-    alloc_graph_or_throw(galloc_.get(), meta.gf, backend_, "draft graph", "lower the draft top_k");
+    const ProposeShape shape{std::min(pad_kv_rows(n_valid + B), rows_), top_k};
+    // one block over the same context in every run that must agree: any deterministic kernel will do
+    // (a rebuilt graph's op-support check asks about those same kernels)
+    const BatchDependentKernels fast;
+    const ProposeGraph & g = graph_for(backend_, propose_slot_, shape, [&] { return build_propose(shape); },
+                                       "draft graph", "lower the draft top_k");
     set_propose_inputs(g, last, n_valid);
-    {
-        // one block over the same context in every run that must agree: any deterministic kernel will do
-        const BatchDependentKernels fast;
-        compute(meta.gf, "propose");
-    }
+    compute(g.meta.gf, "propose");
     read_top_k(g, top_k, ids, logp);
 }
 
-DraftModel::ProposeGraph DraftModel::build_propose(ggml_context * ctx, ggml_cgraph * gf, int32_t n_kv,
-                                                   int32_t top_k) const {
+std::unique_ptr<DraftModel::ProposeGraph> DraftModel::build_propose(const ProposeShape & s) const {
     const DraftConfig & c = cfg_;
     const int32_t B = c.block_size;
-    ProposeGraph g;
-    g.n_kv = n_kv;
+    const int32_t n_kv = s.n_kv;
+    auto out = std::make_unique<ProposeGraph>(s, graph_nodes());
+    ProposeGraph & g = *out;
+    ggml_context * ctx = g.meta.ctx.get();
+    ggml_cgraph * gf = g.meta.gf;
     g.toks = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
     g.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
     g.slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, B);
@@ -126,12 +126,12 @@ DraftModel::ProposeGraph DraftModel::build_propose(ggml_context * ctx, ggml_cgra
     if (c.logit_softcap > 0.0f) {
         logits = ggml_scale(ctx, ggml_tanh(ctx, ggml_scale(ctx, logits, 1.0f / c.logit_softcap)), c.logit_softcap);
     }
-    g.top = top_k_log_softmax(ctx, logits, top_k);  // [K, B-1] each
+    g.top = top_k_log_softmax(ctx, logits, s.top_k);  // [K, B-1] each
     ggml_set_output(g.top.ids);
     ggml_set_output(g.top.logp);
     ggml_build_forward_expand(gf, g.top.ids);
     ggml_build_forward_expand(gf, g.top.logp);
-    return g;
+    return out;
 }
 
 // Draft layer l over the block x [n_embd, B]: attention over the cached context + the block, then
@@ -159,8 +159,9 @@ ggml_tensor * DraftModel::block_layer(ggml_context * ctx, const ProposeGraph & g
     ggml_tensor * kc = ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, B), g.slots);
     ggml_tensor * vc = ggml_set_rows(ctx, v_cache_[l], v, g.slots);
     const size_t row_k = ggml_row_size(k_cache_[0]->type, kv_dim);
-    ggml_tensor * K = ggml_view_3d(ctx, kc, c.head_dim, c.n_head_kv, g.n_kv, ggml_row_size(kc->type, c.head_dim), row_k, 0);
-    ggml_tensor * V = ggml_view_3d(ctx, vc, c.head_dim, c.n_head_kv, g.n_kv, ggml_row_size(vc->type, c.head_dim), row_k, 0);
+    const int64_t n_kv = g.shape.n_kv;
+    ggml_tensor * K = ggml_view_3d(ctx, kc, c.head_dim, c.n_head_kv, n_kv, ggml_row_size(kc->type, c.head_dim), row_k, 0);
+    ggml_tensor * V = ggml_view_3d(ctx, vc, c.head_dim, c.n_head_kv, n_kv, ggml_row_size(vc->type, c.head_dim), row_k, 0);
     K = ggml_permute(ctx, K, 0, 2, 1, 3);  // [head_dim, n_kv, n_head_kv]
     V = ggml_permute(ctx, V, 0, 2, 1, 3);
     q = ggml_permute(ctx, q, 0, 2, 1, 3);  // [head_dim, B, n_head]
@@ -188,9 +189,9 @@ void DraftModel::set_propose_inputs(const ProposeGraph & g, int32_t last, int32_
     target_.embedding->stage(host_.toks.data(), B, g.toks);
     ggml_backend_tensor_set(g.pos, host_.pos.data(), 0, ggml_nbytes(g.pos));
     ggml_backend_tensor_set(g.slots, host_.slots.data(), 0, ggml_nbytes(g.slots));
-    host_.mask.resize(size_t(g.n_kv) * size_t(B));
+    host_.mask.resize(size_t(g.shape.n_kv) * size_t(B));
     for (size_t k = 0; k < mask_kinds_.size(); ++k) {
-        fill_mask(mask_kinds_[k], n_valid, g.n_kv, B, host_.mask.data());
+        fill_mask(mask_kinds_[k], n_valid, g.shape.n_kv, B, host_.mask.data());
         ggml_backend_tensor_set(g.masks[k], host_.mask.data(), 0, ggml_nbytes(g.masks[k]));
     }
 }

@@ -152,9 +152,8 @@ void lb_engine::check_batch(const int32_t * toks, int32_t n, const float * logit
 }
 
 lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::ForwardShape & shape, const char * what) {
-    if (slot.graph && slot.graph->shape == shape) return *slot.graph;
-    slot.graph.reset();  // its tensors' metadata before the next graph's
-    return lb::install_graph(backend, slot, lb::build_forward(*model, cache, shape), what, "lower ubatch or max_tree");
+    return lb::graph_for(backend.get(), slot, shape, [&] { return lb::build_forward(*model, cache, shape); }, what,
+                         "lower ubatch or max_tree");
 }
 
 // Computes a forward graph; with `sampling`, uploads the tail's inputs first and reads its

@@ -1,21 +1,14 @@
 // layers.cpp: see layers.hpp.
 #include "layers.hpp"
 
-#include <algorithm>
-
 #include "error.hpp"
 #include "matmul.hpp"
 
 namespace lb {
 
-size_t GraphMeta::bytes(size_t max_nodes) {
-    return ggml_tensor_overhead() * max_nodes * 2 + ggml_graph_overhead_custom(max_nodes, false);
-}
-
-GraphMeta::GraphMeta(size_t max_nodes, std::vector<uint8_t> * arena) {
-    if (arena) arena->resize(std::max(arena->size(), bytes(max_nodes)));
-    ggml_init_params ip = {arena ? arena->size() : bytes(max_nodes), arena ? arena->data() : nullptr,
-                           /*no_alloc=*/true};
+GraphMeta::GraphMeta(size_t max_nodes) {
+    const size_t bytes = ggml_tensor_overhead() * max_nodes * 2 + ggml_graph_overhead_custom(max_nodes, false);
+    ggml_init_params ip = {bytes, nullptr, /*no_alloc=*/true};
     ctx.reset(ggml_init(ip));
     check(ctx != nullptr, LB_E_OOM, "cannot allocate graph metadata");
     gf = ggml_new_graph_custom(ctx.get(), max_nodes, false);

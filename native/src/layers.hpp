@@ -3,23 +3,19 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
 
 #include "ggml-cpp.h"
 #include "ggml.h"
 
 namespace lb {
 
-// A graph's tensor metadata (no data: gallocr places it) and the graph itself. With an arena the
-// metadata goes into the caller's bytes, so a graph rebuilt every call keeps its addresses (ggml-cuda
-// keys its captured CUDA graphs by the first node's address); without, into memory of its own.
+// A graph's tensor metadata (no data: gallocr places it) and the graph itself. Kept with its graph
+// in a GraphSlot (backend.hpp) while the graph is reused.
 struct GraphMeta {
     ggml_context_ptr ctx;
     ggml_cgraph * gf = nullptr;
 
-    explicit GraphMeta(size_t max_nodes, std::vector<uint8_t> * arena = nullptr);
-    // Metadata bytes a graph of max_nodes nodes needs (the size of an arena).
-    static size_t bytes(size_t max_nodes);
+    explicit GraphMeta(size_t max_nodes);
 };
 
 // x * rsqrt(mean(x^2) + eps) * w, over ne0.

@@ -13,7 +13,13 @@
 namespace lb {
 
 constexpr int32_t kMaxCtxLimit = 1 << 24;
-constexpr int32_t kMaxTreeLimit = 4096;
+// Most nodes one verify may take (lb_params.max_tree); mirrored by config.MAX_TREE_LIMIT (a test
+// checks they agree). What a tree of n nodes costs bounds it: ggml-cuda's ssm_conv_tree keeps an
+// n x d_conv window table in 48 KiB of shared memory (at most 3072 nodes at d_conv 4, the Qwen3.5
+// conv), and a verify holds f32 logits for every node (~1 GiB at 1024 nodes for a 248K vocabulary)
+// and each DeltaNet layer's per-node states (~3 MiB a node on 27B). 1024 runs on every backend; a
+// DDTree over (block_size - 1) x top_k candidates gains nothing near it (the default budget is 22).
+constexpr int32_t kMaxTreeLimit = 1024;
 constexpr int32_t kMaxUbatchLimit = 1 << 16;  // tokens per prefill graph; mirrors config.MAX_UBATCH
 
 // Throws Error(LB_E_INVALID_ARG) naming the first lb_params field out of range.

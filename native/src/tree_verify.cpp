@@ -87,7 +87,7 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
     const bool move_kv = !identity;
     CommitSlot & slot = commit_slots_[{n_path, move_kv}];
     if (!slot.graph) {
-        lb::install_graph(backend, slot, lb::build_commit(*model, cache, n_path, move_kv), "commit",
+        lb::install_graph(backend.get(), slot, lb::build_commit(*model, cache, n_path, move_kv), "commit",
                           "lower max_ctx or max_tree");
     }
     lb::CommitGraph & g = *slot.graph;

@@ -150,7 +150,7 @@ def test_auto_takes_the_largest_context_that_fits(tiny_pair):
 def test_fixed_types_and_contexts_are_checked(tiny_pair):
     with engine_on(tiny_pair, max_ctx="auto", vram_gb=0.015, kv="q8_0") as e:  # the user's type is kept
         assert e.info["type_k"] == "q8_0" and e.info["max_ctx"] < 8192
-    with engine_on(tiny_pair, max_ctx=1024, vram_gb=0.015) as e:  # fits with f16
+    with engine_on(tiny_pair, max_ctx=1024, vram_gb=0.016) as e:  # fits with f16
         assert (e.info["max_ctx"], e.info["type_k"]) == (1024, "f16")
     with pytest.raises(ValueError) as err:
         engine_on(tiny_pair, max_ctx=8192, vram_gb=0.012)

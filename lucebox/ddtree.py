@@ -20,6 +20,7 @@ in the loops; numpy only holds the results.
 from __future__ import annotations
 
 import heapq
+from operator import itemgetter
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,7 +38,15 @@ class Tree:
     rank: np.ndarray       # int32: draft rank of each token at its depth (root: -1)
     pop_index: np.ndarray  # int32: when each node entered (root 0, then chain, then best-first)
     logp_cum: np.ndarray | None = None  # float64: path log-prob under the draft (root 0), or None
+    preorder: bool = False  # nodes in DFS preorder (build_tree, chain_tree): penalty windows use it
     _children: dict | None = field(default=None, repr=False)  # (parent, token) -> child
+    _lists: tuple | None = field(default=None, repr=False)  # (tokens, depth) as Python ints
+
+    def token_and_depth_lists(self) -> tuple:
+        """(tokens, depth) as sequences of Python ints: what the step's Python loops index."""
+        if self._lists is None:
+            self._lists = (self.tokens.tolist(), self.depth.tolist())
+        return self._lists
 
     @property
     def n_nodes(self) -> int:
@@ -118,7 +127,7 @@ def chain_tree(ids: np.ndarray, last: int, n: int, logp: np.ndarray | None = Non
         np.cumsum(np.asarray(logp, np.float64)[:m, 0], out=cum[1:])
     rank = np.zeros(m + 1, np.int32)
     rank[0] = -1
-    return Tree(tokens, steps - 1, steps.copy(), rank, steps.copy(), cum)
+    return Tree(tokens, steps - 1, steps.copy(), rank, steps.copy(), cum, preorder=True)
 
 
 def walk(tree: Tree, target_choice) -> tuple[np.ndarray, int]:
@@ -187,11 +196,21 @@ def tree_from_parents(tokens, parents) -> Tree:
     """A Tree from hand-made arrays (tests, other drafters); validates, derives depth."""
     validate_tree(parents, tokens)
     par = np.asarray(parents, np.int32)
-    depth = np.zeros(par.size, np.int32)
-    for i in range(1, par.size):
-        depth[i] = depth[par[i]] + 1
+    plist = par.tolist()
+    depth = [0] * len(plist)
+    path = [0]  # root path of the node before; in DFS preorder each node's parent is on it
+    preorder = True
+    for i in range(1, len(plist)):
+        p = plist[i]
+        d = depth[i] = depth[p] + 1
+        if preorder and d - 1 < len(path) and path[d - 1] == p:
+            del path[d:]
+            path.append(i)
+        else:
+            preorder = False
     rank = np.full(par.size, -1, np.int32)
-    return Tree(np.asarray(tokens, np.int32).copy(), par.copy(), depth, rank, np.arange(par.size, dtype=np.int32))
+    return Tree(np.asarray(tokens, np.int32).copy(), par.copy(), np.array(depth, np.int32), rank,
+                np.arange(par.size, dtype=np.int32), preorder=preorder)
 
 
 def _check_draft(ids: np.ndarray, logp: np.ndarray) -> None:
@@ -212,7 +231,8 @@ def _preorder(tok: list, par: list, dep: list, rnk: list, score: list) -> Tree:
     """Lay out nodes given in entry order (parents first, siblings best first) in DFS preorder.
 
     A node's preorder slot is its parent's slot + 1 + the subtree sizes of its better siblings,
-    so two flat passes do it: subtree sizes bottom-up, then slots top-down.
+    so two flat passes do it: subtree sizes bottom-up, then slots top-down. The fields are then
+    permuted by one itemgetter each (C loops, not Python ones).
     """
     m = len(tok)
     size = [1] * m
@@ -220,25 +240,25 @@ def _preorder(tok: list, par: list, dep: list, rnk: list, score: list) -> Tree:
         size[par[i]] += size[i]
     slot = [0] * m
     free = [1] * m  # next free slot for a node's next child
-    children = {}
     for i in range(1, m):
         p = par[i]
-        s = free[p]
-        slot[i] = s
+        s = slot[i] = free[p]
         free[p] = s + size[i]
         free[i] = s + 1
-        key = (slot[p], tok[i])
-        if key not in children:
-            children[key] = s
     order = [0] * m  # order[s] = the entry index of the node in preorder slot s
     for i, s in enumerate(slot):
         order[s] = i
+    in_preorder = itemgetter(*order) if m > 1 else lambda seq: (seq[0],)
+    parent_slot = [slot[p] for p in par]
+    parent_slot[0] = -1
+    tokens_l, parents_l, depth_l = in_preorder(tok), in_preorder(parent_slot), in_preorder(dep)
+    # (parent, token) -> child; fed last slot first so the best (earliest) sibling is the one kept
+    children = dict(zip(zip(parents_l[:0:-1], tokens_l[:0:-1]), range(m - 1, 0, -1)))
     # one conversion for every int32 field (rows of one array), one for the scores
-    table = np.array([[tok[i] for i in order], [slot[par[i]] if i else -1 for i in order],
-                      [dep[i] for i in order], [rnk[i] for i in order], order], np.int32)
-    logp_cum = np.array([score[i] for i in order])
+    table = np.array([tokens_l, parents_l, depth_l, in_preorder(rnk), order], np.int32)
     tokens, parents, depth, rank, pop_index = table
-    return Tree(tokens, parents, depth, rank, pop_index, logp_cum, children)
+    return Tree(tokens, parents, depth, rank, pop_index, np.array(in_preorder(score)), preorder=True,
+                _children=children, _lists=(tokens_l, depth_l))
 
 
 def _children_map(parents: list, tokens: list) -> dict:

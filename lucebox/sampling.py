@@ -17,12 +17,15 @@ hash of (seed, q) alone, so AR, chain and DDTree at any budget emit the same tok
 from __future__ import annotations
 
 import secrets
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from functools import lru_cache
+from itertools import accumulate
 from typing import Callable, Sequence
 
 import numpy as np
 
-from .penalty_window import fill_counts, tree_windows
+from .penalty_window import dedupe_rows, fill_counts, tree_windows
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -35,10 +38,14 @@ def _mix64(z: int) -> int:
     return z ^ (z >> 31)
 
 
+@lru_cache(maxsize=16)
+def _key(seed: int) -> int:
+    return _mix64((int(seed) & _MASK64) ^ 0x5851F42D4C957F2D)
+
+
 def uniform(seed: int, position: int) -> float:
     """A uniform in [0, 1) from (seed, position) alone (53 random bits)."""
-    key = _mix64((int(seed) & _MASK64) ^ 0x5851F42D4C957F2D)
-    z = _mix64((key + (int(position) + 1) * _GOLDEN) & _MASK64)
+    z = _mix64((_key(seed) + (int(position) + 1) * _GOLDEN) & _MASK64)
     return (z >> 11) * (1.0 / (1 << 53))
 
 
@@ -76,18 +83,65 @@ def draw(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processing, u:
     (then complete). complete: ids/vals hold the whole vocabulary. Returns None when the answer
     needs candidates past the trusted ones: fetch the whole row and call again with complete=True.
     """
-    n = len(ids)
+    if not complete:
+        return _draw_candidates(ids, vals.tolist(), lse, p, u)
+    return _draw_row(ids, vals, lse, p, u)
+
+
+def _draw_candidates(ids: np.ndarray, vals: list[float], lse: float, p: Processing, u: float) -> int | None:
+    """`draw` on the C candidates (vals as Python floats): a few dozen values, so Python lists,
+    with numpy only for exp and the top-k sum, which must give the bits the whole-row path gives.
+    The other float64 operations (-, /, cumsum as a running sum, the binary searches) are IEEE
+    operations that Python performs exactly as numpy does."""
+    n = len(vals)
+    last = vals[-1]
     # Candidates are sorted best first, so "the first k are trusted" (strictly better than the
-    # last, which a tie may hide behind) is one scalar compare: vals[k - 1] > vals[-1].
+    # last, which a tie may hide behind) is one compare: vals[k - 1] > vals[-1].
     if p.temperature == 0.0:  # greedy on the processed logits: the best, lowest id among equals
-        return int(ids[0]) if complete or vals[0] > vals[-1] else None
+        return int(ids[0]) if vals[0] > last else None
     limit = None  # length of the kept prefix; None = not bounded yet (the whole vocabulary)
     if p.top_k > 0:
-        if not complete and (p.top_k >= n or not vals[p.top_k - 1] > vals[-1]):
+        if p.top_k >= n or not vals[p.top_k - 1] > last:
             return None
-        limit = kept = min(p.top_k, n)
+        limit = kept = p.top_k
     else:
-        kept = n if complete else int(np.count_nonzero(vals > vals[-1]))
+        kept = n - 1  # the trusted prefix: candidates strictly better than the last
+        while kept and not vals[kept - 1] > last:
+            kept -= 1
+    # x = log p_j - log p_0 for the kept prefix (the values the whole row gives there)
+    v0, temp = vals[0], p.temperature
+    x = [(v - v0) / temp for v in vals[:kept]]
+    probs = np.exp(np.subtract(x, lse))
+    if limit is not None:
+        probs = probs / probs.sum()  # top-p and the draw see the top-k renormalised
+    cum = list(accumulate(probs.tolist()))  # np.cumsum's sequential sums, bit for bit
+    if p.top_p < 1.0:
+        reach = bisect_left(cum, p.top_p) + 1  # smallest prefix with mass >= top_p
+        if reach > kept:
+            if limit is None:
+                return None
+            reach = kept
+        limit = reach
+    if p.min_p > 0.0:
+        log_min_p = float(np.log(p.min_p))  # numpy's log, as the whole-row path takes it
+        passing = sum(1 for xj in x if xj >= log_min_p)  # p_j >= min_p * p_max
+        if limit is None and passing == kept:
+            return None  # the next token might pass too
+        limit = passing if limit is None else min(limit, passing)
+    if limit is None:
+        # no filter: the draw runs over the whole vocabulary, candidates first
+        i = bisect_right(cum, u)
+        return int(ids[i]) if i < kept else None
+    i = bisect_right(cum, u * cum[limit - 1], 0, limit)
+    return int(ids[min(i, limit - 1)])
+
+
+def _draw_row(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processing, u: float) -> int:
+    """`draw` on the whole processed row (complete), in numpy."""
+    if p.temperature == 0.0:
+        return int(ids[0])
+    n = len(ids)
+    limit = kept = min(p.top_k, n) if p.top_k > 0 else None
     # x = log p_j - log p_0, only for the kept prefix (elementwise: the same values as on the whole row)
     if lse is None:
         x = (vals.astype(np.float64) - float(vals[0])) / p.temperature
@@ -97,27 +151,13 @@ def draw(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processing, u:
         x = (vals[:kept].astype(np.float64) - float(vals[0])) / p.temperature
     probs = np.exp(x - lse)
     if limit is not None:
-        probs = probs / probs.sum()  # top-p and the draw see the top-k renormalised
-    cum = None  # cumsum(probs): sequential, so any prefix of it is the cumsum of that prefix
+        probs = probs / probs.sum()
+    cum = np.cumsum(probs)  # sequential, so any prefix of it is the cumsum of that prefix
     if p.top_p < 1.0:
-        cum = np.cumsum(probs)
-        reach = int(np.searchsorted(cum, p.top_p)) + 1  # smallest prefix with mass >= top_p
-        if reach > len(probs):
-            if limit is None and not complete:
-                return None
-            reach = len(probs)
-        limit = reach
+        limit = min(int(np.searchsorted(cum, p.top_p)) + 1, len(probs))
     if p.min_p > 0.0:
-        passing = int(np.count_nonzero(x >= np.log(p.min_p)))  # p_j >= min_p * p_max
-        if limit is None and passing == len(probs) and not complete:
-            return None  # the next token might pass too
+        passing = int(np.count_nonzero(x >= np.log(p.min_p)))
         limit = passing if limit is None else min(limit, passing)
-    if limit is None and not complete:
-        # no filter: the draw runs over the whole vocabulary, candidates first
-        i = int(np.searchsorted(np.cumsum(probs), u, side="right"))
-        return int(ids[i]) if i < len(probs) else None
-    if cum is None:
-        cum = np.cumsum(probs)
     if limit is not None:
         cum = cum[:limit]
     i = int(np.searchsorted(cum, u * cum[-1], side="right"))
@@ -149,6 +189,12 @@ class Sampler:
                                 n_candidates=min(n_vocab, max(n_candidates, processing.top_k)),
                                 penalty_slots=self.slots)
         self._row = np.empty(n_vocab, np.float32)
+        # The device reads a named token's count only for the frequency penalty (count * frequency
+        # + presence, so with frequency 0 any count gives the same bits): without one, every count
+        # stays 1 (named tokens need >= 1) and the windows skip counting.
+        self._counts = self.io.pen_counts if processing.frequency_penalty != 0.0 else None
+        if self._counts is None:
+            self.io.pen_counts[...] = 1
 
     @classmethod
     def for_request(cls, gen, info: dict) -> "Sampler | None":
@@ -167,23 +213,41 @@ class Sampler:
         """Row `row`'s penalty window: the last penalty_last_n tokens before the sampled position."""
         if not self.slots:
             return
-        tail = np.asarray(window[-self.penalty_last_n:], np.int32).reshape(1, -1)
-        fill_counts(tail, self.io.pen_tokens[row:row + 1], self.io.pen_counts[row:row + 1])
+        last_n = self.penalty_last_n
+        tail = window[-last_n:]
+        counts = None if self._counts is None else self._counts[row:row + 1]
+        if self.slots == last_n:  # one slot per window token: the row is the window, deduplicated
+            out = self.io.pen_tokens[row:row + 1]
+            pad = last_n - len(tail)
+            if pad:
+                out[0, :pad] = -1
+            if len(tail):
+                out[0, pad:] = tail
+            dedupe_rows(out, counts)
+        else:
+            fill_counts(np.asarray(tail, np.int32).reshape(1, -1), self.io.pen_tokens[row:row + 1], counts)
 
     def set_tree_windows(self, tree, history: Sequence[int]) -> None:
         """Every node's penalty window: the committed `history`, then the node's ancestors and
         itself (penalty_window.tree_windows), all rows in one pass."""
         if not self.slots:
             return
-        windows = tree_windows(tree.tokens, tree.parents, tree.depth, history, self.penalty_last_n)
-        fill_counts(windows, self.io.pen_tokens, self.io.pen_counts)
+        n, last_n = tree.n_nodes, self.penalty_last_n
+        counts = None if self._counts is None else self._counts[:n]
+        if self.slots == last_n:  # the windows land in the device rows and are deduplicated there
+            rows = tree_windows(tree.tokens, tree.parents, tree.depth, history, last_n, preorder=tree.preorder,
+                                out=self.io.pen_tokens[:n])
+            dedupe_rows(rows, counts)
+        else:
+            windows = tree_windows(tree.tokens, tree.parents, tree.depth, history, last_n, preorder=tree.preorder)
+            fill_counts(windows, self.io.pen_tokens, self._counts)
 
     def pick(self, row: int, position: int, fetch_row: Callable[[int, np.ndarray], np.ndarray]) -> int:
         """The token at absolute `position` from output row `row` of the last sampled call."""
         u = uniform(self.seed, position)
         io = self.io
         ids, vals = sort_candidates(io.cand_ids[row], io.cand_logits[row])
-        tok = draw(ids, vals, float(io.row_lse[row]), self.p, u, complete=False)
+        tok = _draw_candidates(ids, vals.tolist(), float(io.row_lse[row]), self.p, u)
         if tok is None:
             tok = draw_from_row(fetch_row(row, self._row), ids, vals, self.p, u)
         return tok

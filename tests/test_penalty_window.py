@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from lucebox import ddtree
-from lucebox.penalty_window import fill_counts, tree_windows
+from lucebox.penalty_window import dedupe_rows, fill_counts, tree_windows
 
 
 def reference_windows(tokens, parents, history, last_n) -> list[Counter]:
@@ -86,3 +86,106 @@ def test_vocabulary_smaller_than_the_window():
     fill_counts(tree_windows(tree.tokens, tree.parents, tree.depth, history, 16), pen_tokens, pen_counts)
     want = reference_windows(tree.tokens.tolist(), tree.parents.tolist(), history, 16)
     assert rows_as_counters(pen_tokens, pen_counts, 12) == want
+
+
+# --- the preorder fast path and in-place deduplication (what the decode step runs) ----------------
+def random_preorder_tree(rng, n_nodes: int, n_vocab: int):
+    """A random tree laid out in DFS preorder: each node's parent is on the root path of the node
+    before it (any depth, any number of children)."""
+    parents, path = [-1], [0]
+    for i in range(1, n_nodes):
+        k = int(rng.integers(0, len(path)))
+        parents.append(path[k])
+        del path[k + 1:]
+        path.append(i)
+    return ddtree.tree_from_parents(rng.integers(0, n_vocab, n_nodes).tolist(), parents)
+
+
+def device_rows(tree, history, last_n, counts: bool):
+    """The rows Sampler.set_tree_windows writes: windows straight into pen_tokens, deduplicated."""
+    pen_tokens = np.full((tree.n_nodes + 2, last_n), 7, np.int32)  # stale values must be overwritten
+    pen_counts = np.zeros_like(pen_tokens)
+    rows = tree_windows(tree.tokens, tree.parents, tree.depth, history, last_n, preorder=tree.preorder,
+                        out=pen_tokens[:tree.n_nodes])
+    dedupe_rows(rows, pen_counts[:tree.n_nodes] if counts else None)
+    assert (pen_tokens[tree.n_nodes:] == 7).all(), "rows past the tree were written"
+    return pen_tokens, pen_counts
+
+
+@pytest.mark.parametrize("last_n", [1, 2, 5, 16, 64])
+@pytest.mark.parametrize("n_hist", [0, 3, 100])
+def test_preorder_windows_match_the_path_definition(last_n, n_hist):
+    rng = np.random.default_rng(1000 + last_n * 10 + n_hist)
+    for trial in range(40):
+        # trees up to 70 nodes: over last_n nodes (or depth) takes the general path
+        tree = random_preorder_tree(rng, int(rng.integers(1, 70)), n_vocab=int(rng.integers(2, 40)))
+        assert tree.preorder
+        history = rng.integers(0, 40, n_hist).tolist()
+        want = reference_windows(tree.tokens.tolist(), tree.parents.tolist(), history, last_n)
+        pen_tokens, pen_counts = device_rows(tree, history, last_n, counts=True)
+        assert rows_as_counters(pen_tokens, pen_counts, tree.n_nodes) == want, trial
+        # without counts (no frequency penalty): the same distinct tokens
+        pen_tokens, _ = device_rows(tree, history, last_n, counts=False)
+        got = [set(t for t in row if t >= 0) for row in pen_tokens[:tree.n_nodes].tolist()]
+        assert got == [set(c) for c in want], trial
+
+
+def test_draft_trees_take_the_preorder_path_and_match():
+    """build_tree's and chain_tree's layouts, as the decode step sees them."""
+    rng = np.random.default_rng(9)
+    for trial in range(30):
+        n_pos, top_k = int(rng.integers(1, 16)), int(rng.integers(1, 9))
+        ids = rng.integers(0, 30, (n_pos, top_k)).astype(np.int32)
+        logp = np.sort(np.log(rng.dirichlet(np.ones(top_k), n_pos)), axis=1)[:, ::-1].astype(np.float32)
+        for tree in (ddtree.build_tree(ids, logp, 3, int(rng.integers(1, 40)), chain_seed=bool(trial % 2)),
+                     ddtree.chain_tree(ids, 3, 22)):
+            assert tree.preorder
+            history = rng.integers(0, 30, int(rng.integers(0, 80))).tolist()
+            pen_tokens, pen_counts = device_rows(tree, history, 64, counts=True)
+            want = reference_windows(tree.tokens.tolist(), tree.parents.tolist(), history, 64)
+            assert rows_as_counters(pen_tokens, pen_counts, tree.n_nodes) == want, trial
+
+
+def test_tree_from_parents_tells_preorder():
+    assert ddtree.tree_from_parents([5, 6, 7, 8], [-1, 0, 1, 0]).preorder
+    assert ddtree.tree_from_parents([5, 6, 7, 8], [-1, 0, 1, 1]).preorder
+    assert not ddtree.tree_from_parents([5, 6, 7, 8], [-1, 0, 0, 1]).preorder  # 3's parent is 1, after 2
+    assert ddtree.tree_from_parents([5], [-1]).preorder
+    # a preorder-only method on a tree in another order would be wrong: check the flag's meaning
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        tree = random_tree(rng, int(rng.integers(1, 12)), 5)
+        par = tree.parents.tolist()
+        order, stack = [], [0]  # DFS from the root, children in index order
+        while stack:
+            i = stack.pop()
+            order.append(i)
+            stack.extend(reversed([j for j in range(len(par)) if par[j] == i]))
+        assert tree.preorder == (order == list(range(len(par))))
+
+
+@pytest.mark.parametrize("n_vocab", [50, 1000])  # fewer slots than the window; one slot per token
+@pytest.mark.parametrize("n_hist", [0, 5, 63, 64, 200])
+def test_sampler_rows_match_the_path_definition(n_hist, n_vocab):
+    """Sampler.set_window / set_tree_windows end to end, with and without the frequency penalty
+    (without it the counts are not computed and stay 1, which the device then ignores)."""
+    from lucebox.sampling import Processing, Sampler
+
+    rng = np.random.default_rng(n_hist)
+    history = rng.integers(0, 50, n_hist).tolist()
+    for freq in (0.0, 0.5):
+        s = Sampler(Processing(temperature=1.0, repeat_penalty=1.2, frequency_penalty=freq), 0,
+                    n_candidates=8, penalty_last_n=64, max_rows=64, n_vocab=n_vocab)
+        for trial in range(10):
+            tree = (random_preorder_tree if trial % 2 else random_tree)(rng, int(rng.integers(1, 60)), 50)
+            s.set_tree_windows(tree, history)
+            want = reference_windows(tree.tokens.tolist(), tree.parents.tolist(), history, 64)
+            got = rows_as_counters(s.io.pen_tokens, s.io.pen_counts, tree.n_nodes)
+            if freq == 0.0:
+                assert (s.io.pen_counts == 1).all()
+                want = [Counter(dict.fromkeys(c, 1)) for c in want]
+            assert got == want, (freq, trial)
+        s.set_window(3, history + [7])
+        want = Counter((history + [7])[-64:])
+        got = rows_as_counters(s.io.pen_tokens[3:4], s.io.pen_counts[3:4], 1)[0]
+        assert got == (want if freq else Counter(dict.fromkeys(want, 1)))

@@ -160,3 +160,72 @@ def test_default_pair_outputs_are_pinned(default_pair_engine, name):
     e = default_pair_engine
     got = e.generate(e.encode_prompt(prompt), 48, mode="ddtree", budget=22, seed=seed, ignore_eos=True, **opts)
     assert got.tokens == PINNED_DEFAULT_PAIR[name]
+
+
+# --- the candidate draw on Python lists vs the numpy code it replaced ------------------------------
+def numpy_candidate_draw(ids, vals, lse, p: Processing, u: float, edges: list | None = None):
+    """The former draw(..., complete=False), all numpy: the bits the list version must keep.
+    edges: gets the uniforms that land exactly on the draw's cumulative sums, where one bit of
+    difference in those sums changes the token."""
+    n = len(ids)
+    if p.temperature == 0.0:
+        return int(ids[0]) if vals[0] > vals[-1] else None
+    limit = None
+    if p.top_k > 0:
+        if p.top_k >= n or not vals[p.top_k - 1] > vals[-1]:
+            return None
+        limit = kept = min(p.top_k, n)
+    else:
+        kept = int(np.count_nonzero(vals > vals[-1]))
+    x = (vals[:kept].astype(np.float64) - float(vals[0])) / p.temperature
+    probs = np.exp(x - lse)
+    if limit is not None:
+        probs = probs / probs.sum()
+    cum = None
+    if p.top_p < 1.0:
+        cum = np.cumsum(probs)
+        reach = int(np.searchsorted(cum, p.top_p)) + 1
+        if reach > len(probs):
+            if limit is None:
+                return None
+            reach = len(probs)
+        limit = reach
+    if p.min_p > 0.0:
+        passing = int(np.count_nonzero(x >= np.log(p.min_p)))
+        if limit is None and passing == len(probs):
+            return None
+        limit = passing if limit is None else min(limit, passing)
+    if limit is None:
+        cum = np.cumsum(probs)
+        if edges is not None:
+            edges.extend(cum.tolist())
+        i = int(np.searchsorted(cum, u, side="right"))
+        return int(ids[i]) if i < len(probs) else None
+    if cum is None:
+        cum = np.cumsum(probs)
+    cum = cum[:limit]
+    if edges is not None:
+        edges.extend((cum / cum[-1]).tolist())
+    i = int(np.searchsorted(cum, u * cum[-1], side="right"))
+    return int(ids[min(i, len(cum) - 1)])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_candidate_draw_keeps_the_numpy_bits(seed):
+    settings = [Processing(temperature=t, top_k=k, top_p=tp, min_p=mp)
+                for t in (0.0, 0.4, 1.0, 1.7) for k in (0, 1, 7, 20, 32) for tp in (1.0, 0.9, 0.3)
+                for mp in (0.0, 0.05, 0.4)]
+    n_none = 0
+    for s in range(4):
+        row, ids, vals = synthetic_rows(100 * seed + s, n_vocab=[64, 500, 4096][s % 3])
+        sids, svals = sort_candidates(ids, vals)
+        for p in settings:
+            x = (row.astype(np.float32) - row.max()) / np.float32(p.temperature or 1.0)
+            lse = float(np.float32(np.log(np.sum(np.exp(x.astype(np.float64))))))
+            edges = []
+            numpy_candidate_draw(sids, svals, lse, p, 0.5, edges)
+            for u in [uniform(seed, 31 * q + s) for q in range(5)] + [e for e in edges if e < 1.0]:
+                want = numpy_candidate_draw(sids, svals, lse, p, u)
+                assert draw(sids, svals, lse, p, u, complete=False) == want, (s, p, u)
+                n_none += want is None
+    assert n_none > 0  # both outcomes occur (tokens are asserted above)

@@ -344,7 +344,7 @@ class ScriptedEngine:
     def __init__(self, tokenizer):
         self.tokenizer = copy.copy(tokenizer)
         self.tokenizer.chat_template = QWEN_LIKE_TEMPLATE
-        self.info = {"max_ctx": 4096}
+        self.info = {"max_ctx": 4096, "max_tree": 64}
         self.script = ""
         self.piece_delay_s = 0.0
         self.prompts: list[list[int]] = []

@@ -3,12 +3,14 @@ every position), the prefix-snapshot LRU, and the one mapping of request paramet
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import numpy as np
 import pytest
 
 from lucebox.config import GenerationConfig
-from lucebox.server.options import BadRequest, engine_options
+from lucebox.server.options import BadRequest
+from lucebox.server.options import engine_options as options_of
 from lucebox.server.prefix_cache import PrefixCache, message_boundaries
 from lucebox.server.tool_calls import ReplyParser, merge_events, starts_in_thinking
 
@@ -86,11 +88,13 @@ def test_prefix_cache_longest_prefix_and_lru_budget():
 
 
 def test_engine_options_mapping():
+    engine_options = functools.partial(options_of, max_tree=64)
     assert engine_options(max_tokens=7, stop=["x"]) == {"max_new_tokens": 7, "stop": ("x",)}
     greedy = engine_options(max_tokens=7, temperature=0, top_p=0.5, top_k=3, min_p=0.2, seed=1, budget=8, mode="ar")
     assert greedy == {"max_new_tokens": 7, "stop": (), "budget": 8, "mode": "ar"}
-    with pytest.raises(BadRequest, match="budget"):
-        engine_options(max_tokens=1, budget=1000)
+    with pytest.raises(BadRequest, match=r"budget must be in \[1, 63\] \(the server's --max-tree 64\)"):
+        engine_options(max_tokens=1, budget=64)
+    assert options_of(max_tokens=1, budget=100, max_tree=128)["budget"] == 100  # the engine's own limit
     asked = dict(temperature=0.8, top_p=0.9, top_k=20, min_p=0.05, repeat_penalty=1.1, seed=3)
     if HAS_SAMPLER:
         opts = engine_options(max_tokens=4, **asked)

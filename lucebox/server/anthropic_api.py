@@ -84,11 +84,11 @@ class MessagesRequest(CountRequest):
             raise BadRequest(f"stop_sequences has {len(stops)} strings; at most {MAX_STOPS}", "stop_sequences")
         return stops
 
-    def options(self, max_tokens: int) -> dict:
+    def options(self, max_tokens: int, max_tree: int) -> dict:
         return engine_options(max_tokens=max_tokens, stop=self.stops(), temperature=self.temperature,
                               top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
                               repeat_penalty=self.repetition_penalty, seed=self.seed, budget=self.budget,
-                              mode=self.mode)
+                              mode=self.mode, max_tree=max_tree)
 
 
 def _normalize(m: AMessage) -> list[dict]:

@@ -52,7 +52,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
 
     app = FastAPI(title="lucebox", lifespan=lifespan, docs_url=None, redoc_url=None, openapi_url=None)
     app.state.worker = None
-    max_ctx = engine.info["max_ctx"]
+    max_ctx, max_tree = engine.info["max_ctx"], engine.info["max_tree"]
     tok = engine.tokenizer
     # the served name, and the GGUF's file name (what a user may type)
     names = {config.model_name} | ({Path(engine.config.target).stem} if hasattr(engine, "config") else set())
@@ -178,7 +178,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         """Render, check and queue a chat request: (prompt, reply parser, job)."""
         check_model(req.model)
         prompt = await chat_prompt(req)
-        options = req.options(max_new_tokens(limit, len(prompt.ids), max_ctx))
+        options = req.options(max_new_tokens(limit, len(prompt.ids), max_ctx), max_tree)
         parser = ReplyParser(thinking=prompt.thinking, tools=prompt.tools)
         return prompt, parser, await submit(request, prompt.ids, options)
 
@@ -228,7 +228,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         if not ids:
             raise BadRequest("the prompt is empty", "prompt")
         check_fits(len(ids), max_ctx)
-        options = req.options(max_new_tokens(req.max_tokens, len(ids), max_ctx))
+        options = req.options(max_new_tokens(req.max_tokens, len(ids), max_ctx), max_tree)
         job = await submit(request, ids, options)
         model = req.model or config.model_name
         if not req.stream:

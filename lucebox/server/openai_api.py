@@ -65,12 +65,12 @@ class Sampling(BaseModel):
         if self.logit_bias:
             raise BadRequest("logit_bias is not supported by lucebox", "logit_bias")
 
-    def options(self, max_tokens: int) -> dict:
+    def options(self, max_tokens: int, max_tree: int) -> dict:
         return engine_options(max_tokens=max_tokens, stop=self.stops(), temperature=self.temperature,
                               top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
                               repeat_penalty=self.repetition_penalty, presence_penalty=self.presence_penalty,
                               frequency_penalty=self.frequency_penalty, seed=self.seed, budget=self.budget,
-                              mode=self.mode)
+                              mode=self.mode, max_tree=max_tree)
 
     @property
     def include_usage(self) -> bool:

@@ -5,7 +5,7 @@ them out decodes greedily).
 """
 from __future__ import annotations
 
-from ..config import MAX_TREE, MODES
+from ..config import MODES
 
 # the neutral value of each sampling option: leaving it out changes nothing
 NEUTRAL = {"temperature": 0.0, "top_p": 1.0, "top_k": 0, "min_p": 0.0, "repeat_penalty": 1.0,
@@ -24,17 +24,18 @@ def engine_options(*, max_tokens: int, stop: list[str] | None = None, temperatur
                    top_p: float | None = None, top_k: int | None = None, min_p: float | None = None,
                    repeat_penalty: float | None = None, presence_penalty: float | None = None,
                    frequency_penalty: float | None = None, seed: int | None = None, budget: int | None = None,
-                   mode: str | None = None) -> dict:
+                   mode: str | None = None, max_tree: int) -> dict:
     """The keyword arguments for Engine.stream(ids, **options). Values were range-checked by the
-    request models; this decides what reaches the Engine."""
+    request models; this decides what reaches the Engine (max_tree: the engine's, which bounds budget)."""
     opts: dict = {"max_new_tokens": max_tokens, "stop": tuple(stop or ())}
     if mode is not None:
         if mode not in MODES:
             raise BadRequest(f"mode must be one of {', '.join(MODES)}; got {mode!r}", "mode")
         opts["mode"] = mode
     if budget is not None:
-        if not 1 <= budget < MAX_TREE:
-            raise BadRequest(f"budget must be in [1, {MAX_TREE - 1}], got {budget}", "budget")
+        if not 1 <= budget < max_tree:
+            raise BadRequest(f"budget must be in [1, {max_tree - 1}] (the server's --max-tree {max_tree}), "
+                             f"got {budget}", "budget")
         opts["budget"] = budget
     asked = {"temperature": temperature, "top_p": top_p, "top_k": top_k, "min_p": min_p,
              "repeat_penalty": repeat_penalty, "presence_penalty": presence_penalty,

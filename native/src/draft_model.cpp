@@ -243,18 +243,14 @@ std::unique_ptr<DraftModel::AppendGraph> DraftModel::build_append(const AppendSh
     AppendGraph & g = *out;
     ggml_context * ctx = g.meta.ctx.get();
     ggml_cgraph * gf = g.meta.gf;
-    g.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
-    g.slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
-    ggml_set_input(g.pos);
-    ggml_set_input(g.slots);
+    g.pos = graph_input(ctx, GGML_TYPE_I32, n);
+    g.slots = graph_input(ctx, GGML_TYPE_I64, n);
     ggml_tensor * cat = nullptr;
     if (!feats) {
-        g.host = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.n_feat(), n);
-        ggml_set_input(g.host);
+        g.host = graph_input(ctx, GGML_TYPE_F32, c.n_feat(), n);
         cat = g.host;
     } else {
-        g.rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
-        ggml_set_input(g.rows);
+        g.rows = graph_input(ctx, GGML_TYPE_I32, n);
         for (ggml_tensor * f : *feats) {
             ggml_tensor * part = ggml_get_rows(ctx, f, g.rows);  // [ne0, n] F32
             cat = cat ? ggml_concat(ctx, cat, part, 0) : part;

@@ -104,16 +104,10 @@ std::unique_ptr<DraftModel::ProposeGraph> DraftModel::build_propose(const Propos
     ProposeGraph & g = *out;
     ggml_context * ctx = g.meta.ctx.get();
     ggml_cgraph * gf = g.meta.gf;
-    g.toks = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
-    g.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, B);
-    g.slots = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, B);
-    ggml_set_input(g.toks);
-    ggml_set_input(g.pos);
-    ggml_set_input(g.slots);
-    for (size_t k = 0; k < mask_kinds_.size(); ++k) {
-        g.masks.push_back(ggml_new_tensor_2d(ctx, GGML_TYPE_F16, n_kv, B));
-        ggml_set_input(g.masks.back());
-    }
+    g.toks = graph_input(ctx, GGML_TYPE_I32, B);
+    g.pos = graph_input(ctx, GGML_TYPE_I32, B);
+    g.slots = graph_input(ctx, GGML_TYPE_I64, B);
+    for (size_t k = 0; k < mask_kinds_.size(); ++k) g.masks.push_back(graph_input(ctx, GGML_TYPE_F16, n_kv, B));
 
     ggml_tensor * x = ggml_get_rows(ctx, target_.embedding->rows(), g.toks);  // [n_embd, B] (toks: staged rows)
     if (c.input_embedding_scale != 1.0f) x = ggml_scale(ctx, x, c.input_embedding_scale);

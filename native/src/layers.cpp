@@ -18,6 +18,12 @@ ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, flo
     return ggml_mul(ctx, ggml_rms_norm(ctx, x, eps), w);
 }
 
+ggml_tensor * graph_input(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t ne1) {
+    ggml_tensor * t = ggml_new_tensor_2d(ctx, type, ne0, ne1);
+    ggml_set_input(t);
+    return t;
+}
+
 ggml_tensor * attention(ggml_context * ctx, ggml_tensor * q, ggml_tensor * K, ggml_tensor * V, ggml_tensor * mask,
                         float scale, bool flash) {
     const int64_t n = q->ne[1];

@@ -21,6 +21,9 @@ struct GraphMeta {
 // x * rsqrt(mean(x^2) + eps) * w, over ne0.
 ggml_tensor * rms_norm(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w, float eps);
 
+// A graph input [ne0, ne1] of `type` (ne1 = 1: a vector), uploaded before each compute.
+ggml_tensor * graph_input(ggml_context * ctx, ggml_type type, int64_t ne0, int64_t ne1 = 1);
+
 // softmax(K^T q * scale + mask) V per head (GQA: n_head a multiple of n_head_kv).
 //   q [head_dim, n, n_head]; K, V [head_dim, n_kv, n_head_kv] (cache views); mask f16 [n_kv, n]
 // flash: ggml's flash attention, which visits a query's unmasked key rows in slot order and skips

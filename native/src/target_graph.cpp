@@ -112,24 +112,19 @@ ggml_tensor * ForwardBuilder::ffn(int32_t il, ggml_tensor * x) {
 
 void ForwardBuilder::build() {
     const int64_t n = s.n_tokens;
-    fg.tokens = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
-    fg.pos = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 4 * n);
+    fg.tokens = graph_input(ctx, GGML_TYPE_I32, n);
+    fg.pos = graph_input(ctx, GGML_TYPE_I32, 4 * n);
     ggml_set_name(fg.tokens, "inp_tokens");
     ggml_set_name(fg.pos, "inp_pos");
-    ggml_set_input(fg.tokens);
-    ggml_set_input(fg.pos);
     if (hp.n_attn_layers() > 0) {
-        fg.kv_idx = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, n);
-        fg.mask = ggml_new_tensor_2d(ctx, GGML_TYPE_F16, s.n_kv, n);
+        fg.kv_idx = graph_input(ctx, GGML_TYPE_I64, n);
+        fg.mask = graph_input(ctx, GGML_TYPE_F16, s.n_kv, n);
         ggml_set_name(fg.kv_idx, "inp_kv_idx");
         ggml_set_name(fg.mask, "inp_mask");
-        ggml_set_input(fg.kv_idx);
-        ggml_set_input(fg.mask);
     }
     if (s.tree) {
-        fg.parents = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, n);
+        fg.parents = graph_input(ctx, GGML_TYPE_I32, n);
         ggml_set_name(fg.parents, "inp_parents");
-        ggml_set_input(fg.parents);
     }
 
     ggml_tensor * x = ggml_get_rows(ctx, m.embedding.rows(), fg.tokens);  // [n_embd, n] f32 (tokens: staged rows)

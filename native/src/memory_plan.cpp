@@ -39,7 +39,12 @@ void log_slot(const char * what, size_t bytes) {
 
 lb_memory plan_memory(const lb_params & p, const lb_plan_shape & s) {
     check_params(p);
-    set_log_level(p.log_level);
+    // the plan's own messages at the caller's level; a loaded engine's level is back after
+    struct LevelFor {
+        int32_t was = log_level();
+        explicit LevelFor(int32_t level) { set_log_level(level); }
+        ~LevelFor() { set_log_level(was); }
+    } level_for(p.log_level);
     check(s.verify_nodes >= 1 && s.verify_nodes <= p.max_tree, LB_E_INVALID_ARG,
           "lb_memory_plan: verify_nodes " + std::to_string(s.verify_nodes) + " is outside [1, max_tree = " +
               std::to_string(p.max_tree) + "]");

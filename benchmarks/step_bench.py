@@ -25,7 +25,7 @@ import time
 import numpy as np
 
 from lucebox._native import Handle, memory_plan
-from lucebox.config import GenerationConfig
+from lucebox.config import DRAFT_WEIGHTS, GenerationConfig
 from lucebox.decode import Step
 from lucebox.drafters import NativeDrafter
 from lucebox.sampling import Sampler
@@ -120,6 +120,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0, help="sample (Qwen's top-p/top-k) when > 0")
     ap.add_argument("--repeat-penalty", type=float, default=1.0)
     ap.add_argument("--kv", default="f16")
+    ap.add_argument("--draft-weights", choices=DRAFT_WEIGHTS, default="keep",
+                    help="the draft's matrices as in the checkpoint or Q8_0 (lb_params.draft_weights)")
     ap.add_argument("--draft-window", type=int, default=0,
                     help="draft context window W (0: the draft's sliding_window, else 4096)")
     ap.add_argument("--no-invariant", action="store_true",
@@ -160,7 +162,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for ctx in ctxs:
             opts = dict(max_ctx=ctx, kv_type=args.kv, device=args.device, max_tree=max(64, args.budget + 1),
-                        draft_window=args.draft_window)
+                        draft_window=args.draft_window, draft_weights=args.draft_weights)
             # what lb_memory_plan predicts for this run's largest calls (no sampling tail when greedy)
             plan = memory_plan(args.target, args.draft, verify_nodes=args.budget + 1, draft_top_k=args.draft_top_k,
                                n_candidates=32 if args.temperature > 0 else 0,

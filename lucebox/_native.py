@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-ABI_VERSION = 3  # must equal LB_ABI_VERSION in lucebox.h
+ABI_VERSION = 4  # must equal LB_ABI_VERSION in lucebox.h
 
 LIB_ENV = "LUCEBOX_LIB"
 LIB_NAME = "liblucebox.so"
@@ -27,6 +27,7 @@ E_OOM = -7
 
 KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2, "f32": 3, "bf16": 4}  # LB_KV_*
 KV_NAMES = {code: name for name, code in KV_TYPES.items()}
+DRAFT_WEIGHTS = {"keep": 0, "q8_0": 1}  # LB_DRAFT_WEIGHTS_*
 LOG_LEVELS = {"quiet": 0, "error": 1, "info": 2, "debug": 3}
 
 
@@ -55,7 +56,7 @@ def _fields(ctype, *names: str) -> list:
 class Params(ctypes.Structure):
     _fields_ = (_fields(ctypes.c_char_p, "target_path", "draft_path")
                 + _fields(ctypes.c_int32, "max_ctx", "type_k", "type_v", "device", "n_threads", "ubatch", "max_tree",
-                          "log_level", "batch_invariant", "draft_window"))
+                          "log_level", "batch_invariant", "draft_window", "draft_weights"))
 
 
 class _Record(ctypes.Structure):
@@ -230,7 +231,8 @@ def _i32_param(name: str, value) -> int:
 
 
 def _params(target_path, draft_path=None, *, max_ctx=4096, kv_type="f16", device=-1, n_threads=0, ubatch=512,
-            max_tree=64, log_level="error", batch_invariant=True, draft_window=0, type_k=None, type_v=None) -> Params:
+            max_tree=64, log_level="error", batch_invariant=True, draft_window=0, type_k=None, type_v=None,
+            draft_weights="keep") -> Params:
     """An lb_params from lb_params_default and these values (the paths' bytes live as long as it does)."""
     type_k, type_v = type_k or kv_type, type_v or kv_type
     for name, value in (("type_k", type_k), ("type_v", type_v)):
@@ -238,6 +240,8 @@ def _params(target_path, draft_path=None, *, max_ctx=4096, kv_type="f16", device
             raise ValueError(f"{name} must be one of {', '.join(KV_TYPES)}; got {value!r}")
     if isinstance(log_level, str) and log_level not in LOG_LEVELS:
         raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {log_level!r}")
+    if draft_weights not in DRAFT_WEIGHTS:
+        raise ValueError(f"draft_weights must be one of {', '.join(DRAFT_WEIGHTS)}; got {draft_weights!r}")
     params = Params()
     lib().lb_params_default(ctypes.byref(params))
     params._paths = (os.fsencode(str(target_path)), os.fsencode(str(draft_path)) if draft_path else None)
@@ -252,6 +256,7 @@ def _params(target_path, draft_path=None, *, max_ctx=4096, kv_type="f16", device
     params.log_level = LOG_LEVELS[log_level] if isinstance(log_level, str) else _i32_param("log_level", log_level)
     params.batch_invariant = int(bool(batch_invariant))
     params.draft_window = _i32_param("draft_window", draft_window)
+    params.draft_weights = DRAFT_WEIGHTS[draft_weights]
     return params
 
 
@@ -283,12 +288,13 @@ class Handle:
 
     def __init__(self, target_path, draft_path=None, max_ctx=4096, kv_type="f16", device=-1,
                  n_threads=0, ubatch=512, max_tree=64, log_level="error", batch_invariant=True, draft_window=0,
-                 type_k=None, type_v=None):
+                 type_k=None, type_v=None, draft_weights="keep"):
         """kv_type: the K and V cache type; type_k / type_v (llama.cpp's names) override one side."""
         L = lib()
         params = _params(target_path, draft_path, max_ctx=max_ctx, kv_type=kv_type, device=device,
                          n_threads=n_threads, ubatch=ubatch, max_tree=max_tree, log_level=log_level,
-                         batch_invariant=batch_invariant, draft_window=draft_window, type_k=type_k, type_v=type_v)
+                         batch_invariant=batch_invariant, draft_window=draft_window, type_k=type_k, type_v=type_v,
+                         draft_weights=draft_weights)
         out = _engine_p()
         _check(L.lb_load(ctypes.byref(params), ctypes.byref(out)))
         self._ptr = out

@@ -18,7 +18,7 @@ import click
 from . import __version__
 from .defaults import demo_notice
 from .config import (DEFAULT_BUDGET, DEFAULT_DRAFT_TOP_K, DEFAULT_HOST, DEFAULT_MAX_QUEUE, DEFAULT_PORT,
-                     DEFAULT_PREFIX_CACHE_GB, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
+                     DEFAULT_PREFIX_CACHE_GB, DRAFT_WEIGHTS, KV_TYPES, MAX_BUDGET, MAX_CTX_LIMIT, MAX_DRAFT_TOP_K,
                      MAX_NEW_TOKENS, MAX_TREE, MAX_TREE_LIMIT, MAX_UBATCH, MAX_VRAM_GB, LOG_LEVELS,
                      EngineConfig, GenerationConfig, ServeConfig)
 
@@ -73,7 +73,8 @@ def _options(*options):
 # tests/test_cli.py checks every config field has an option (and its default)
 _ENGINE_FIELDS = {"kv": "kv", "cache_type_k": "cache_type_k", "cache_type_v": "cache_type_v", "device": "device",
                   "threads": "n_threads", "draft_window": "draft_window", "vram": "vram_gb", "ubatch": "ubatch",
-                  "max_tree": "max_tree", "log_level": "log_level", "batch_invariant": "batch_invariant"}
+                  "max_tree": "max_tree", "log_level": "log_level", "batch_invariant": "batch_invariant",
+                  "draft_weights": "draft_weights"}
 AUTO_CTX_HELP = ("auto: the largest that fits the GPU's free memory or --vram, up to the trained length "
                  "(on the CPU without --vram: 8192)")
 
@@ -119,6 +120,10 @@ def _model_options(max_ctx_help: str):
                      help="Prefill micro-batch in tokens (default 512, larger when the memory plan has room)."),
         click.option("--draft-window", type=click.IntRange(0, MAX_CTX_LIMIT), default=EngineConfig.draft_window,
                      help="The draft sees the last W tokens only (0 = its config's sliding_window, else 4096); "
+                          "changes acceptance, never the output."),
+        click.option("--draft-weights", type=click.Choice(DRAFT_WEIGHTS), default=EngineConfig.draft_weights,
+                     show_default=True,
+                     help="Store the draft's matrices as in the checkpoint or as Q8_0 (~half the memory of BF16); "
                           "changes acceptance, never the output."),
         click.option("--max-tree", type=click.IntRange(2, MAX_TREE_LIMIT), default=MAX_TREE, show_default=True,
                      help="Most nodes one verify holds, root included (sizes the tree scratch)."),

@@ -11,6 +11,9 @@ KV_TYPES = ("f16", "bf16", "q8_0", "q4_0", "f32")  # KV cache element types (LB_
 DEFAULT_KV = "f16"
 MODES = ("auto", "ar", "chain", "ddtree")
 LOG_LEVELS = ("quiet", "error", "info", "debug")
+# how the draft's weights are stored (LB_DRAFT_WEIGHTS_*): as in the checkpoint, or Q8_0 (~1.6 GiB less for
+# the 27B draft; it only proposes, so the output stays AR's, acceptance may drop)
+DRAFT_WEIGHTS = ("keep", "q8_0")
 DEFAULT_BUDGET = 22
 DEFAULT_DRAFT_TOP_K = 8
 # Sampling: candidates the device returns per row (a draw past them fetches the whole row; 32 is
@@ -77,6 +80,7 @@ class EngineConfig:
     # (memory O(W)); 0 = the draft's config.json sliding_window, else the native default (4096,
     # LB_DRAFT_WINDOW_DEFAULT). Changes what the draft proposes, never the output.
     draft_window: int = 0
+    draft_weights: str = "keep"  # one of DRAFT_WEIGHTS
     # memory budget in GiB for the plan (memory_plan.py); None = the GPU's free memory, and no plan
     # on the CPU
     vram_gb: float | None = None
@@ -103,6 +107,8 @@ class EngineConfig:
                    "0 uses all cores; more than 4 per hardware thread only slows ggml down")
         if self.log_level not in LOG_LEVELS:
             raise ValueError(f"log_level must be one of {', '.join(LOG_LEVELS)}; got {self.log_level!r}")
+        if self.draft_weights not in DRAFT_WEIGHTS:
+            raise ValueError(f"draft_weights must be one of {', '.join(DRAFT_WEIGHTS)}; got {self.draft_weights!r}")
         if not isinstance(self.device, str):
             raise ValueError(f"device must be a string (auto, cpu, cuda or cuda:N); got {self.device!r}")
         device_index(self.device)  # validates

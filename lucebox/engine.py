@@ -79,7 +79,8 @@ class Engine:
         self._handle = Handle(config.target, config.draft, max_ctx=config.max_ctx, type_k=config.type_k,
                               type_v=config.type_v, device=device, n_threads=config.n_threads, ubatch=config.ubatch,
                               max_tree=config.max_tree, log_level=config.log_level,
-                              batch_invariant=config.batch_invariant, draft_window=config.draft_window)
+                              batch_invariant=config.batch_invariant, draft_window=config.draft_window,
+                              draft_weights=config.draft_weights)
         self.info = self._handle.info()
         self._drafter = (NativeDrafter(self._handle, self.info["block_size"])
                          if self.info["has_draft"] else None)

@@ -106,7 +106,8 @@ class _Planner:
             c = self.config
             self._sizes[key] = memory_plan(
                 c.target, c.draft, max_ctx=ctx, type_k=pair[0], type_v=pair[1], device=self.device, ubatch=ubatch,
-                max_tree=c.max_tree, draft_window=c.draft_window, verify_nodes=min(c.max_tree, ctx),
+                max_tree=c.max_tree, draft_window=c.draft_window, draft_weights=c.draft_weights,
+                verify_nodes=min(c.max_tree, ctx),
                 draft_top_k=DEFAULT_DRAFT_TOP_K, n_candidates=SAMPLING_CANDIDATES, penalty_slots=PENALTY_LAST_N)
             self._sizes[key]["reserve"] = CUDA_RESERVE_BYTES if self.device >= 0 else 0
         return self._sizes[key]
@@ -172,16 +173,24 @@ class _Planner:
         if largest is None:
             raise ValueError(self._nothing_fits(pair, ubatch))
         need = sum(self.parts(ctx, pair, ubatch).values())
+        hint = self._draft_hint()
         raise ValueError(f"max_ctx {ctx} does not fit in {_gib(self.budget)} ({self.source}): it needs {_gib(need)} "
                          f"with {_kv_words(pair)}; the largest context that fits is {largest}: pass --max-ctx {largest} "
-                         "(or auto)")
+                         f"(or auto{'; or ' + hint if hint else ''})")
 
     def _nothing_fits(self, pair: tuple[str, str], ubatch: int) -> str:
         ctx = min(CTX_STEP, _trained_ctx(self.config) or CTX_STEP)
         parts = self.parts(ctx, pair, ubatch)
+        hint = self._draft_hint()
         return (f"the model does not fit in {_gib(self.budget)} ({self.source}) even at context {ctx} with "
                 f"{_kv_words(pair)}: it needs {_gib(sum(parts.values()))} (weights {_gib(parts['weights'])}, draft "
-                f"{_gib(parts['draft'])}); free memory, use a smaller quant, or drop the draft")
+                f"{_gib(parts['draft'])}); free memory, use a smaller quant, {hint + ', ' if hint else ''}"
+                "or drop the draft")
+
+    def _draft_hint(self) -> str:
+        """A way out when the draft's BF16 weights take the room (the draft only proposes tokens)."""
+        keep = self.config.draft is not None and self.config.draft_weights == "keep"
+        return "store the draft as Q8_0 (--draft-weights q8_0)" if keep else ""
 
 
 def _kv_words(pair: tuple[str, str]) -> str:

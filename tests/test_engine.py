@@ -202,10 +202,10 @@ def test_speculative_equals_ar(engine, ar, mode, budget, top_k, chain_seed, draf
         assert max(g.stats.accept_lengths) > 2  # the oracle did get deep paths accepted
 
 
-@pytest.mark.parametrize("kind", ["f32", "sliding"])
-def test_other_drafts_are_lossless(tiny_gguf, tiny_draft_dirs, ar, kind):
+@pytest.mark.parametrize("kind,weights", [("f32", "keep"), ("sliding", "keep"), ("bf16", "q8_0")])
+def test_other_drafts_are_lossless(tiny_gguf, tiny_draft_dirs, ar, kind, weights):
     prompt = make_prompt(40, seed=3)
-    with Engine(tiny_gguf["f32"], draft=tiny_draft_dirs[kind], **ENGINE_OPTS) as e:
+    with Engine(tiny_gguf["f32"], draft=tiny_draft_dirs[kind], draft_weights=weights, **ENGINE_OPTS) as e:
         for mode in ("chain", "ddtree"):
             e.reset()
             assert e.generate(prompt, 40, mode=mode, ignore_eos=True).tokens == ar(prompt)[:40]

@@ -69,14 +69,15 @@ def run_every_call_at_full_depth(h: Handle, max_ctx: int, ubatch: int, nodes: in
     h.draft(1, *draft_out)  # at the last position: every ring row attended, also when the ring is the context
 
 
-@pytest.mark.parametrize("kv,window", [(("f16", "f16"), 100), (("q8_0", "q4_0"), 0)])
-def test_plan_equals_what_the_engine_allocates(tiny_pair, kv, window):
+@pytest.mark.parametrize("kv,window,weights", [(("f16", "f16"), 100, "keep"), (("q8_0", "q4_0"), 0, "keep"),
+                                               (("f16", "f16"), 0, "q8_0")])
+def test_plan_equals_what_the_engine_allocates(tiny_pair, kv, window, weights):
     if DEVICE == "cuda" and kv[0] != kv[1]:
         pytest.skip("mixed K/V types run on the CPU only for now")
     target, draft = tiny_pair
     max_ctx, ubatch, nodes = 1024, 64, 23
     opts = dict(max_ctx=max_ctx, type_k=kv[0], type_v=kv[1], device=DEV, ubatch=ubatch, max_tree=32,
-                draft_window=window)
+                draft_window=window, draft_weights=weights)
     plan = native_plan(target, draft, verify_nodes=nodes, draft_top_k=8, n_candidates=SAMPLING_CANDIDATES,
                        penalty_slots=PENALTY_LAST_N, **opts)
     with Handle(target, draft, n_threads=1, **opts) as h:
@@ -99,6 +100,9 @@ def test_plan_scales_with_the_context_and_kv_types(tiny_pair):
         assert p[4096, kv]["weights"] == p[1024, kv]["weights"] and p[4096, kv]["recurrent"] == p[1024, kv]["recurrent"]
     # (the tiny model's 136-byte q8_0 rows are padded to 272 bytes, see caches.cpp; a 27B row is not padded)
     assert p[4096, "q8_0"]["kv"] > p[4096, "f16"]["kv"] > p[4096, "q4_0"]["kv"]
+    # a Q8_0 draft: 34 bytes per 32 values instead of 64 (its vectors stay as they are)
+    q8 = native_plan(target, draft, max_ctx=1024, kv_type="f16", draft_weights="q8_0", **shape)
+    assert 0.5 < q8["draft"] / p[1024, "f16"]["draft"] < 0.6
     no_draft = native_plan(target, None, max_ctx=1024, **shape)
     assert no_draft["draft"] == no_draft["draft_cache"] == 0 and no_draft["weights"] == p[1024, "f16"]["weights"]
 

@@ -5,6 +5,7 @@ from a good one in exactly the way the test names.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import struct
 from contextlib import closing
@@ -13,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lucebox._native import Handle, NativeError
+from lucebox._native import Handle, NativeError, _check, _engine_p, _params, lib
 from lucebox.config import MAX_TREE_LIMIT
 
 DEVICE = 0 if os.environ.get("LUCEBOX_TEST_BACKEND") == "cuda" else -1
@@ -119,6 +120,18 @@ def test_bad_params(good):
     assert err.status == E_INVALID_ARG and "max_tree" in str(err)
     err = load_error(good, max_ctx=0)
     assert err.status == E_INVALID_ARG and "max_ctx" in str(err)
+
+
+def test_bad_draft_weights(good):
+    with pytest.raises(ValueError, match="draft_weights must be one of keep, q8_0; got 'q4'"):
+        Handle(good, draft_weights="q4", device=DEVICE)
+    # past the Python mirror: the library's own check, one line
+    params = _params(good, max_ctx=64, device=DEVICE)
+    params.draft_weights = 7
+    with pytest.raises(NativeError) as info:
+        _check(lib().lb_load(ctypes.byref(params), ctypes.byref(_engine_p())))
+    assert info.value.status == E_INVALID_ARG and "draft_weights must be LB_DRAFT_WEIGHTS_KEEP (0) or" in str(info.value)
+    assert "\n" not in str(info.value)
 
 
 def test_tree_limit_is_the_native_one(good):

@@ -4,7 +4,8 @@
 #   per-step speculative timings (27B-shaped random BF16 draft) at 8K and 32K with the batch-invariant
 #   kernels (the default) and at 8K without them, and (LUCEBOX_BENCH_FULL=1, the default) Q8_0-KV AR and
 #   tree-op timings; (LUCEBOX_BENCH_LONG=1, the default) memory at 128K / 256K, the plan at 256K by part,
-#   llama.cpp's pp32768 and the planner at 24 GiB; (LUCEBOX_BENCH_DEPTH=1) the step with 128K filled.
+#   llama.cpp's pp32768 and the planner at 24 GiB; (LUCEBOX_BENCH_DEPTH=1) the step with 128K filled;
+#   (LUCEBOX_BENCH_FILLED_256K=1) the peak memory of a filled 256K context with a Q8_0 draft.
 #   (LUCEBOX_BENCH_MAIN=0 skips all but the optional parts.)
 #   bash benchmarks/device/bench.sh BUILD_DIR WORK_DIR OUT_DIR
 set -uo pipefail
@@ -84,6 +85,13 @@ PY
     "$LB" -m "$T" -ngl 99 -p 32768 -n 0 -r 1 -fa 1 -o md 2>>"$WORK/llama_bench.err"
     log "the memory planner's choice for a 24 GiB card (max_ctx auto, --vram 24)"
     python3 -m lucebox run --target "$T" --draft "$D" --device cuda --vram 24 --max-ctx auto -n 4 -p "hello" 2>&1 | tail -15
+fi
+
+if [ "${LUCEBOX_BENCH_FILLED_256K:-0}" = 1 ]; then
+    # the 24 GiB goal at 256K, context filled (~262K-token prompt: ~6 min), with the draft stored as Q8_0
+    log "a filled 256K context, q4_0 KV, Q8_0 draft: peak GPU memory"
+    python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 262144 --kv q4_0 --draft-weights q8_0 \
+        --n-gen 16 --steps 4 --json "$OUT/step_bench_256k.json" 2>&1 | grep "^|"
 fi
 
 if [ "${LUCEBOX_BENCH_DEPTH:-0}" = 1 ]; then

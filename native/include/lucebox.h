@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define LB_ABI_VERSION 3
+#define LB_ABI_VERSION 4
 
 /* status codes */
 #define LB_OK              0
@@ -51,6 +51,11 @@ extern "C" {
 #define LB_KV_F32   3  /* exact reference arithmetic (tests); 2x the bytes of f16 */
 #define LB_KV_BF16  4
 
+/* How the draft's weights are stored (lb_params.draft_weights). The draft only proposes tokens, so
+   either keeps the output AR's; a smaller draft may accept fewer. */
+#define LB_DRAFT_WEIGHTS_KEEP 0  /* as in the checkpoint (BF16 for z-lab drafts)                     */
+#define LB_DRAFT_WEIGHTS_Q8_0 1  /* Q8_0 matrices: ~0.53x the bytes of BF16 (1.6 GiB less on the 27B) */
+
 /* The draft's context window when neither lb_params.draft_window nor the draft's config.json
    (sliding_window) names one: the reference implementation's feature ring. */
 #define LB_DRAFT_WINDOW_DEFAULT 4096
@@ -68,8 +73,9 @@ typedef struct lb_params {
     const char * draft_path;   /* DFlash draft folder (config.json + *.safetensors) or NULL       */
     int32_t max_ctx;           /* tokens of context to allocate (KV cache rows)                   */
     int32_t type_k;            /* LB_KV_* of the K cache (llama.cpp's type_k)                     */
-    int32_t type_v;            /* LB_KV_* of the V cache: any pair on the CPU; on CUDA for now only
-                                  type_v == type_k (LB_E_UNSUPPORTED otherwise)                     */
+    int32_t type_v;            /* LB_KV_* of the V cache: any pair on the CPU; on CUDA one type for
+                                  both, or any pair of f16 / q8_0 / q4_0 on compute capability 8.0+
+                                  (LB_E_UNSUPPORTED otherwise)                                       */
     int32_t device;            /* -1: CPU; >= 0: CUDA device index                                */
     int32_t n_threads;         /* CPU threads; <= 0: all cores                                    */
     int32_t ubatch;            /* prefill micro-batch (tokens per graph)                          */
@@ -85,6 +91,7 @@ typedef struct lb_params {
                                   draft config's sliding_window, else LB_DRAFT_WINDOW_DEFAULT; W >=
                                   max_ctx keeps the whole context. Only the draft's proposals (hence
                                   acceptance) depend on it, never the output.                          */
+    int32_t draft_weights;     /* LB_DRAFT_WEIGHTS_*: KEEP (default) or Q8_0                          */
 } lb_params;
 
 typedef struct lb_model_info {

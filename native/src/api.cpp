@@ -74,6 +74,7 @@ LB_API void lb_params_default(lb_params * p) {
     p->log_level = LB_LOG_ERROR;
     p->batch_invariant = 1;
     p->draft_window = 0;
+    p->draft_weights = LB_DRAFT_WEIGHTS_KEEP;
 }
 
 LB_API int32_t lb_load(const lb_params * p, lb_engine ** out) {

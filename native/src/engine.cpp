@@ -20,7 +20,6 @@ void lb_engine::load(const lb_params & p) {
     max_ctx = p.max_ctx;
     ubatch = p.ubatch;
     max_tree = p.max_tree;
-    draft_window = p.draft_window;
 
     lb::backend_init(backend, p.device, p.n_threads, p.batch_invariant != 0);
     model = lb::load_target(target_path, backend.get(), backend.is_cpu());
@@ -30,20 +29,20 @@ void lb_engine::load(const lb_params & p) {
     lb::cache_alloc(cache, backend.get());
     lb::log_msg(LB_LOG_INFO, "caches: %.1f MiB (%d KV rows, K %s, V %s)", double(cache.bytes()) / (1 << 20),
                 cache.rows, ggml_type_name(type_k), ggml_type_name(type_v));
-    if (p.draft_path != nullptr && p.draft_path[0] != '\0') load_draft(p.draft_path);
+    if (p.draft_path != nullptr && p.draft_path[0] != '\0') load_draft(p.draft_path, lb::draft_options(backend.is_cpu(), p));
     model->embedding.layout(model->tok_embd, lb::embedding_rows(ubatch, max_tree, draft ? draft->config().block_size : 0));
     model->embedding.alloc(backend.get());
 }
 
 // The draft borrows the target's embedding and lm head, and receives the captured features of
 // every committed token through on_commit (so its context always holds the P committed tokens).
-void lb_engine::load_draft(const std::string & dir) {
+void lb_engine::load_draft(const std::string & dir, const lb::DraftOptions & options) {
     lb::DraftTarget t;
     t.tok_embd = model->tok_embd;
     t.embedding = &model->embedding;
     t.output = model->output;
     t.n_layer = model->hp.n_layer;
-    draft = lb::DraftModel::load(dir, backend.get(), t, lb::draft_options(backend.is_cpu(), draft_window, max_ctx));
+    draft = lb::DraftModel::load(dir, backend.get(), t, options);
     set_capture_layers(draft->config().target_layer_ids);
     on_commit = [this](const int32_t * rows, int32_t n) { draft->append(cache.capture, rows, n); };
     on_reset = [this] { draft->reset(); };

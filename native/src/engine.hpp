@@ -55,7 +55,6 @@ struct lb_engine {
     int32_t max_ctx = 0;
     int32_t ubatch = 0;
     int32_t max_tree = 0;
-    int32_t draft_window = 0;  // as asked (lb_params.draft_window); the ring is draft->ctx_size()
     ggml_type type_k = GGML_TYPE_F16;
     ggml_type type_v = GGML_TYPE_F16;
 
@@ -136,5 +135,5 @@ private:
     void set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n);
     void run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, int32_t rows, const char * what);
     void compute(ggml_cgraph * gf, const char * what);
-    void load_draft(const std::string & dir);
+    void load_draft(const std::string & dir, const lb::DraftOptions & options);
 };

@@ -56,6 +56,9 @@ void check_params(const lb_params & p) {
     kv_type_from_lb(p.type_v, "type_v");
     check(p.batch_invariant == 0 || p.batch_invariant == 1, LB_E_INVALID_ARG,
           "batch_invariant must be 0 or 1, got " + std::to_string(p.batch_invariant));
+    check(p.draft_weights == LB_DRAFT_WEIGHTS_KEEP || p.draft_weights == LB_DRAFT_WEIGHTS_Q8_0, LB_E_INVALID_ARG,
+          "draft_weights must be LB_DRAFT_WEIGHTS_KEEP (0) or LB_DRAFT_WEIGHTS_Q8_0 (1), got " +
+              std::to_string(p.draft_weights));
 }
 
 ggml_type kv_type_from_lb(int32_t t, const char * field) {
@@ -130,11 +133,12 @@ ggml_backend_dev_t device_of(int32_t device) {
 
 bool device_is_cpu(ggml_backend_dev_t dev) { return ggml_backend_dev_type(dev) == GGML_BACKEND_DEVICE_TYPE_CPU; }
 
-DraftOptions draft_options(bool is_cpu, int32_t draft_window, int32_t max_ctx) {
+DraftOptions draft_options(bool is_cpu, const lb_params & p) {
     DraftOptions opt;
+    opt.weight_type = p.draft_weights == LB_DRAFT_WEIGHTS_Q8_0 ? DraftWeightType::q8_0 : DraftWeightType::keep;
     opt.kv_type = is_cpu ? GGML_TYPE_F32 : GGML_TYPE_F16;
-    opt.ctx_size = draft_window;  // 0: from the draft's config
-    opt.ctx_limit = max_ctx;      // a ring longer than the context would only hold empty rows
+    opt.ctx_size = p.draft_window;  // 0: from the draft's config
+    opt.ctx_limit = p.max_ctx;      // a ring longer than the context would only hold empty rows
     return opt;
 }
 

@@ -42,8 +42,8 @@ ggml_backend_dev_t device_of(int32_t device);
 bool device_is_cpu(ggml_backend_dev_t dev);
 
 // The draft's options as lb_load sets them: context cache F32 on the CPU (exact), F16 on CUDA; a
-// ring of draft_window rows (0: from its config), never more than max_ctx.
-DraftOptions draft_options(bool is_cpu, int32_t draft_window, int32_t max_ctx);
+// ring of p.draft_window rows (0: from its config), never more than p.max_ctx; p.draft_weights.
+DraftOptions draft_options(bool is_cpu, const lb_params & p);
 
 // Columns of the captured features: one per token of the largest forward (prefill or verify).
 inline int32_t capture_rows(int32_t ubatch, int32_t max_tree) { return ubatch > max_tree ? ubatch : max_tree; }

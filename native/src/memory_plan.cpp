@@ -87,7 +87,7 @@ lb_memory plan_memory(const lb_params & p, const lb_plan_shape & s) {
         // the largest append: a prefill micro-batch, or an accepted path (at most one block)
         const int32_t max_append = std::max(std::min(p.ubatch, p.max_ctx), std::min(s.verify_nodes, block));
         const DraftMemory d = DraftModel::plan(p.draft_path, dev, {model->tok_embd, &model->embedding, model->output, hp.n_layer},
-                                               draft_options(is_cpu, p.draft_window, p.max_ctx), cache.capture,
+                                               draft_options(is_cpu, p), cache.capture,
                                                max_append, s.draft_top_k);
         out.draft = int64_t(d.weights);
         out.draft_cache = int64_t(d.cache);

@@ -101,9 +101,12 @@ stage_profile() {
 
 stage_attnprof() {
     log "Nsight Compute on the invariant attention kernels (attn_check profile)"
-    timeout 200 ncu -k regex:fattn_invariant --section SpeedOfLight --section Occupancy --section WarpStateStats \
+    timeout 300 ncu -k regex:fattn_invariant --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section SourceCounters \
         --section MemoryWorkloadAnalysis "$BUILD/attn_check" profile >"$OUT/attn_ncu.txt" 2>&1
     grep -E "fattn_invariant|Duration|Throughput|Achieved Occupancy|Stall|Warp Cycles" "$OUT/attn_ncu.txt" | head -60
+    # where the warps wait (stall reasons per kernel)
+    timeout 200 ncu -k regex:fattn_invariant_mma --section WarpStateStats --print-details body \
+        "$BUILD/attn_check" profile >"$OUT/attn_ncu_stalls.txt" 2>&1 || true
 }
 
 wait_synth() { if [ -n "${synth_pid:-}" ]; then wait "$synth_pid"; synth_pid=; fi; }

@@ -4,7 +4,8 @@
 //   attn_check bench    also times one call (1 query, a 23-node tree, a 512-query prefill tile) at
 //                       several depths, invariant mode vs ggml's own kernels
 //   attn_check profile  only runs the invariant kernels at the 27B shape (1 query, a 23-node tree and a
-//                       512-query tile at 8K, F16), for a profiler (ncu -k regex:fattn_invariant)
+//                       512-query tile at 8K, F16; 1 query and a tree at 32K, Q4_0), for a profiler
+//                       (ncu -k regex:fattn_invariant)
 // Checks, all bit for bit except the last:
 //   tree == AR     each node of a random 23-node tree (ancestors at scattered slots, siblings masked)
 //                  equals one query whose path sits in consecutive slots (the AR step of that node);
@@ -220,6 +221,10 @@ int main(int argc, char ** argv) {
         const Problem pre = prefill_problem(s, 8192 - 512, 512, 8192, rng);
         for (const Problem * p : {&tree, &pre}) attend(cuda, s, GGML_TYPE_F16, GGML_TYPE_F16, *p);
         attend(cuda, s, GGML_TYPE_F16, GGML_TYPE_F16, one_query(s, tree, 22, 8192));
+        // at depth, q4_0 (the long-context cache type)
+        const Problem deep = tree_problem(s, 32768 - 23, 23, 32768, rng, paths);
+        attend(cuda, s, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, deep);
+        attend(cuda, s, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, one_query(s, deep, 22, 32768));
         return 0;
     }
     int bad = 0;

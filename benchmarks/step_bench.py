@@ -80,7 +80,8 @@ def bench_ar(h: Handle, n_vocab: int, n_gen: int, prompt_len: int, rng) -> dict:
 def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: int, rng, profiler=None,
                prompt_tokens: int = 0) -> dict:
     h.reset()
-    n_prompt = prompt_tokens or ctx - 2 * (gen.budget + 2) * (steps + 8)
+    n_steps = steps + 4 + (steps if profiler is not None else 0)  # 4 warm-up steps, then the timed ones
+    n_prompt = prompt_tokens or ctx - 2 * (gen.budget + 2) * (n_steps + 4)
     prompt = rng.integers(0, min(info["n_vocab"], 150000), n_prompt).astype(np.int32)
     t0 = time.perf_counter()
     last = h.prefill(prompt)
@@ -88,16 +89,18 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
     history = prompt.tolist()
     step = Step(h, info, "ddtree", NativeDrafter(h, info["block_size"]), gen, Sampler.for_request(gen, info))
     t_draft, t_verify, t_commit, t_host, t_ar = [], [], [], [], []
-    for i in range(steps + 4):
-        r = step.run(last, history, 1 << 30, ()) if profiler is None else profiler.runcall(
-            step.run, last, history, 1 << 30, ())
+    # the timed steps run without the profiler (it would add its own cost to every Python call, i.e. to
+    # host_ms); with one, as many steps again run under it afterwards
+    for i in range(n_steps):
+        timed = i < steps + 4
+        r = step.run(last, history, 1 << 30, ()) if timed else profiler.runcall(step.run, last, history, 1 << 30, ())
         history += r.committed
         g = time.perf_counter()
         nxt = h.step(r.bonus)  # one AR step at the same context, for the verify/AR ratio
         k = time.perf_counter()
         history.append(r.bonus)
         last = nxt
-        if i >= 4:
+        if 4 <= i < steps + 4:
             t_draft.append(r.draft_s); t_verify.append(r.verify_s); t_commit.append(r.commit_s)
             t_host.append(r.host_s); t_ar.append(k - g)
     med = lambda xs: 1e3 * statistics.median(xs)
@@ -132,7 +135,8 @@ def main() -> None:
                     help="prefill this many tokens (default: fill the context); e.g. to measure memory at a "
                          "large --ctx without the long prefill")
     ap.add_argument("--profile-host", action="store_true",
-                    help="print a cProfile of the speculative steps (Python side) to stderr")
+                    help="print a cProfile of --steps further speculative steps (Python side) to stderr; "
+                         "the timed steps run without it")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     ctxs = [int(c) for c in args.ctx.split(",") if c]

@@ -9,12 +9,16 @@ ms of draft, verify at --budget, commit and Python host work per step, at each c
 with the memory the engine holds (lb_memory_get) next to what lb_memory_plan predicted for it.
 --temperature T > 0 runs the same step sampled (device sampling tail + host draw; add
 --repeat-penalty to include the penalty stage), so two runs show its cost per step.
+A fill that outlasts one call of a lent GPU (a 256K prompt) runs in two: --save-state FILE --save-at N
+prefills the prompt's first N tokens and writes the engine's state; the same command with --load-state
+FILE instead starts from it and prefills the rest (the prompt is the same: it comes from a fixed seed).
 Synthetic random models give meaningless acceptance: this measures speed only.
 """
 from __future__ import annotations
 
 import argparse
 import cProfile
+import hashlib
 import json
 import pstats
 import statistics
@@ -77,14 +81,44 @@ def bench_ar(h: Handle, n_vocab: int, n_gen: int, prompt_len: int, rng) -> dict:
     return {"prefill_tokens": prompt_len, "prefill_s": prefill_s, "tok_s": n_gen / dt, "ms_per_tok": 1e3 * dt / n_gen}
 
 
+def _prompt_digest(tokens: np.ndarray) -> str:
+    return hashlib.sha256(np.ascontiguousarray(tokens, np.int32).tobytes()).hexdigest()
+
+
+def save_state(h: Handle, path: str, prompt: np.ndarray) -> None:
+    """The engine's committed state (after `prompt`) to `path`, and what it holds to `path`.json."""
+    h.state_save().tofile(path)
+    with open(path + ".json", "w") as f:
+        json.dump({"tokens": int(prompt.size), "prompt_sha256": _prompt_digest(prompt)}, f)
+
+
+def load_state(h: Handle, path: str, prompt: np.ndarray) -> int:
+    """Loads a save_state file whose prompt is a prefix of `prompt`; returns its token count."""
+    with open(path + ".json") as f:
+        meta = json.load(f)
+    n = int(meta["tokens"])
+    if n >= prompt.size or meta["prompt_sha256"] != _prompt_digest(prompt[:n]):
+        sys.exit(f"step_bench: {path} holds another prompt (or all of this one); save it again with the same "
+                 "arguments and a --save-at below the prompt length")
+    h.state_load(np.fromfile(path, np.uint8), prompt[:n].tolist())
+    return n
+
+
 def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: int, rng, profiler=None,
-               prompt_tokens: int = 0) -> dict:
+               prompt_tokens: int = 0, state: tuple[str, str, int] | None = None) -> dict | None:
+    """state: ("save", FILE, N) prefills the first N prompt tokens, saves and returns None;
+    ("load", FILE, 0) starts from such a file and prefills the rest."""
     h.reset()
     n_steps = steps + 4 + (steps if profiler is not None else 0)  # 4 warm-up steps, then the timed ones
     n_prompt = prompt_tokens or ctx - 2 * (gen.budget + 2) * (n_steps + 4)
     prompt = rng.integers(0, min(info["n_vocab"], 150000), n_prompt).astype(np.int32)
+    if state is not None and state[0] == "save":
+        h.prefill(prompt[:state[2]])
+        save_state(h, state[1], prompt[:state[2]])
+        return None
+    resumed = load_state(h, state[1], prompt) if state is not None else 0
     t0 = time.perf_counter()
-    last = h.prefill(prompt)
+    last = h.prefill(prompt[resumed:])
     prefill_s = time.perf_counter() - t0
     history = prompt.tolist()
     step = Step(h, info, "ddtree", NativeDrafter(h, info["block_size"]), gen, Sampler.for_request(gen, info))
@@ -104,7 +138,8 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
             t_draft.append(r.draft_s); t_verify.append(r.verify_s); t_commit.append(r.commit_s)
             t_host.append(r.host_s); t_ar.append(k - g)
     med = lambda xs: 1e3 * statistics.median(xs)
-    return {"ctx": ctx, "prefill_tokens": n_prompt, "prefill_s": prefill_s, "budget": gen.budget,
+    return {"ctx": ctx, "prefill_tokens": n_prompt - resumed, "resumed_from": resumed, "prefill_s": prefill_s,
+            "budget": gen.budget,
             "temperature": gen.temperature, "draft_ms": med(t_draft), "verify_ms": med(t_verify),
             "commit_ms": med(t_commit), "host_ms": med(t_host), "ar_step_ms": med(t_ar),
             "gpu_mem_mib": gpu_memory_used_mib(), "held_mib": sum(h.memory().values()) / 2**20}
@@ -134,12 +169,27 @@ def main() -> None:
     ap.add_argument("--prompt-tokens", type=int, default=0,
                     help="prefill this many tokens (default: fill the context); e.g. to measure memory at a "
                          "large --ctx without the long prefill")
+    ap.add_argument("--save-state", metavar="FILE",
+                    help="prefill only --save-at prompt tokens, write the engine state to FILE (and FILE.json), "
+                         "stop; one --ctx")
+    ap.add_argument("--save-at", type=int, default=0, help="prompt tokens before --save-state")
+    ap.add_argument("--load-state", metavar="FILE",
+                    help="start from a --save-state FILE made with the same other arguments, prefill the rest")
     ap.add_argument("--profile-host", action="store_true",
                     help="print a cProfile of --steps further speculative steps (Python side) to stderr; "
                          "the timed steps run without it")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
     ctxs = [int(c) for c in args.ctx.split(",") if c]
+    state = None
+    if args.save_state or args.load_state:
+        if args.save_state and args.load_state:
+            ap.error("--save-state and --load-state are two calls: give one")
+        if len(ctxs) != 1 or not args.draft:
+            ap.error("--save-state / --load-state need a --draft and exactly one --ctx")
+        if args.save_state and args.save_at <= 0:
+            ap.error("--save-state needs --save-at N > 0 (prompt tokens to prefill before saving)")
+        state = ("save", args.save_state, args.save_at) if args.save_state else ("load", args.load_state, 0)
     results: dict = {"target": args.target, "draft": args.draft}
 
     invariant = not args.no_invariant
@@ -176,8 +226,11 @@ def main() -> None:
                                    repeat_penalty=args.repeat_penalty, seed=0,
                                    **({"top_p": 0.95, "top_k": 20} if args.temperature > 0 else {}))
             profiler = cProfile.Profile() if args.profile_host else None
-            r = bench_spec(h, h.info(), ctx, gen, args.steps, rng, profiler, args.prompt_tokens)
+            r = bench_spec(h, h.info(), ctx, gen, args.steps, rng, profiler, args.prompt_tokens, state)
             h.close()
+            if r is None:
+                print(f"| {ctx} | state after {args.save_at} prompt tokens saved to {args.save_state} |")
+                return
             if profiler is not None:  # host-side hot spots (native calls show as their ctypes wrappers)
                 pstats.Stats(profiler, stream=sys.stderr).sort_stats("tottime").print_stats(15)
             results["spec"].append(r)

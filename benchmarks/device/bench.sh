@@ -5,7 +5,8 @@
 #   kernels (the default) and at 8K without them, and (LUCEBOX_BENCH_FULL=1, the default) Q8_0-KV AR and
 #   tree-op timings; (LUCEBOX_BENCH_LONG=1, the default) memory at 128K / 256K, the plan at 256K by part,
 #   llama.cpp's pp32768 and the planner at 24 GiB; (LUCEBOX_BENCH_DEPTH=1) the step with 128K filled;
-#   (LUCEBOX_BENCH_FILLED_256K=1) the peak memory of a filled 256K context with a Q8_0 draft.
+#   (LUCEBOX_BENCH_FILLED_256K=save, then =resume in the next call on the same warm machine) the peak memory
+#   of a filled 256K context with a Q8_0 draft.
 #   (LUCEBOX_BENCH_MAIN=0 skips all but the optional parts.)
 #   bash benchmarks/device/bench.sh BUILD_DIR WORK_DIR OUT_DIR
 set -uo pipefail
@@ -87,12 +88,20 @@ PY
     python3 -m lucebox run --target "$T" --draft "$D" --device cuda --vram 24 --max-ctx auto -n 4 -p "hello" 2>&1 | tail -15
 fi
 
-if [ "${LUCEBOX_BENCH_FILLED_256K:-0}" = 1 ]; then
-    # the 24 GiB goal at 256K, context filled (~262K-token prompt: ~6 min), with the draft stored as Q8_0
-    log "a filled 256K context, q4_0 KV, Q8_0 draft: peak GPU memory"
-    python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx 262144 --kv q4_0 --draft-weights q8_0 \
-        --n-gen 16 --steps 4 --json "$OUT/step_bench_256k.json" 2>&1 | grep "^|"
-fi
+FILL_256K=(--target "$T" --draft "$D" --ctx 262144 --kv q4_0 --draft-weights q8_0 --n-gen 16 --steps 4)
+case "${LUCEBOX_BENCH_FILLED_256K:-0}" in
+    # the 24 GiB goal at 256K, context filled, with the draft stored as Q8_0. The ~262K-token prefill outlasts
+    # one device call (10 min), so it runs in two calls on one warm machine: `save` prefills 160K tokens and
+    # writes the engine state under $WORK (~3 GB), `resume` loads it, prefills the rest and measures.
+    save)
+        log "a filled 256K context, part 1: prefill 160K tokens, save the state"
+        python3 benchmarks/step_bench.py "${FILL_256K[@]}" --save-state "$WORK/fill-256k.state" --save-at 160000 \
+            2>&1 | grep "^|" ;;
+    resume)
+        log "a filled 256K context, q4_0 KV, Q8_0 draft, part 2: the rest of the prompt, peak GPU memory"
+        python3 benchmarks/step_bench.py "${FILL_256K[@]}" --load-state "$WORK/fill-256k.state" \
+            --json "$OUT/step_bench_256k.json" 2>&1 | grep "^|" ;;
+esac
 
 if [ "${LUCEBOX_BENCH_DEPTH:-0}" = 1 ]; then
     # the step with the context filled (~130K-token prompt: ~2 min) vs at 4K, q4_0 KV; GPU MiB is the peak at depth

@@ -68,6 +68,8 @@ def main() -> None:
     ap.add_argument("--draft-top-k", type=int, default=8)
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--prefill", type=int, default=4096,
+                    help="also profile one prefill of this many tokens, batch-invariant and not (0: skip)")
     args = ap.parse_args()
     torch.cuda.init()
     rng = np.random.default_rng(0)
@@ -109,6 +111,33 @@ def main() -> None:
             commit_only()
         total, krows = kernel_table(prof, 1)
         print(f"\n### commit(1): kernels {total:.3f} ms, {sum(r[1] for r in krows)} kernels")
+    if args.prefill:
+        profile_prefill(args, rng)
+
+
+def profile_prefill(args, rng) -> None:
+    """One prefill of a fresh context (all its micro-batches and the draft's append), with the
+    batch-invariant kernels and without: where the prefill gap between the two modes is."""
+    for invariant in (True, False):
+        with Handle(args.target, args.draft, max_ctx=args.ctx, device=0, batch_invariant=invariant) as h:
+            prompt = rng.integers(0, min(h.info()["n_vocab"], 150000), args.prefill).astype(np.int32)
+            h.prefill(prompt[:64])  # graph builds and first-use allocations outside the profile
+            h.reset()
+            run = lambda: h.prefill(prompt)  # noqa: E731
+            torch.cuda.synchronize()
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                t0 = time.perf_counter()
+                run()
+                torch.cuda.synchronize()
+                wall = (time.perf_counter() - t0) * 1e3
+            total, rows = kernel_table(prof, 1)
+            h.reset()
+        label = "batch-invariant" if invariant else "batch-dependent"
+        print(f"\n### prefill {args.prefill} tokens, {label}: wall {wall:.1f} ms "
+              f"({args.prefill / wall * 1e3:.0f} tok/s), kernels {total:.1f} ms")
+        print("| kernel | calls | ms | % |\n|---|---|---|---|")
+        for k, c, t in rows[:args.top]:
+            print(f"| `{k}` | {c} | {t:.3f} | {100 * t / max(total, 1e-9):.1f} |")
 
 
 if __name__ == "__main__":

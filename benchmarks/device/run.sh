@@ -101,9 +101,14 @@ stage_profile() {
 
 stage_attnprof() {
     log "Nsight Compute on the invariant attention kernels (attn_check profile)"
-    timeout 300 ncu -k regex:fattn_invariant --section SpeedOfLight --section Occupancy --section WarpStateStats --section LaunchStats --section SourceCounters \
-        --section MemoryWorkloadAnalysis "$BUILD/attn_check" profile >"$OUT/attn_ncu.txt" 2>&1
-    grep -E "fattn_invariant|Duration|Throughput|Achieved Occupancy|Stall|Warp Cycles" "$OUT/attn_ncu.txt" | head -60
+    # durations and occupancy of each kernel (index, mma, merge); LUCEBOX_ATTNPROF=full adds the memory and
+    # source sections and a stall-reason pass (several minutes)
+    local sections=(--section SpeedOfLight --section Occupancy --section LaunchStats)
+    [ "${LUCEBOX_ATTNPROF:-}" = full ] && sections+=(--section WarpStateStats --section SourceCounters
+                                                     --section MemoryWorkloadAnalysis)
+    timeout 300 ncu -k regex:fattn_invariant "${sections[@]}" "$BUILD/attn_check" profile >"$OUT/attn_ncu.txt" 2>&1
+    grep -E "fattn_invariant|Duration|Achieved Occupancy|Registers Per|Stall" "$OUT/attn_ncu.txt" | head -80
+    [ "${LUCEBOX_ATTNPROF:-}" = full ] || return 0
     # where the warps wait (stall reasons per kernel)
     timeout 200 ncu -k regex:fattn_invariant_mma --section WarpStateStats --print-details body \
         "$BUILD/attn_check" profile >"$OUT/attn_ncu_stalls.txt" 2>&1 || true

@@ -38,14 +38,14 @@ class Tree:
     rank: np.ndarray       # int32: draft rank of each token at its depth (root: -1)
     pop_index: np.ndarray  # int32: when each node entered (root 0, then chain, then best-first)
     logp_cum: np.ndarray | None = None  # float64: path log-prob under the draft (root 0), or None
-    preorder: bool = False  # nodes in DFS preorder (build_tree, chain_tree): penalty windows use it
+    preorder: bool = False  # nodes in DFS preorder (build_tree, chain_tree)
     _children: dict | None = field(default=None, repr=False)  # (parent, token) -> child
-    _lists: tuple | None = field(default=None, repr=False)  # (tokens, depth) as Python ints
+    _lists: tuple | None = field(default=None, repr=False)  # (tokens, parents, depth) as Python ints
 
-    def token_and_depth_lists(self) -> tuple:
-        """(tokens, depth) as sequences of Python ints: what the step's Python loops index."""
+    def as_lists(self) -> tuple:
+        """(tokens, parents, depth) as sequences of Python ints: what the step's Python loops index."""
         if self._lists is None:
-            self._lists = (self.tokens.tolist(), self.depth.tolist())
+            self._lists = (self.tokens.tolist(), self.parents.tolist(), self.depth.tolist())
         return self._lists
 
     @property
@@ -258,7 +258,7 @@ def _preorder(tok: list, par: list, dep: list, rnk: list, score: list) -> Tree:
     table = np.array([tokens_l, parents_l, depth_l, in_preorder(rnk), order], np.int32)
     tokens, parents, depth, rank, pop_index = table
     return Tree(tokens, parents, depth, rank, pop_index, np.array(in_preorder(score)), preorder=True,
-                _children=children, _lists=(tokens_l, depth_l))
+                _children=children, _lists=(tokens_l, parents_l, depth_l))
 
 
 def _children_map(parents: list, tokens: list) -> dict:

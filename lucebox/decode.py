@@ -70,10 +70,10 @@ class Step:
         else:
             self.h.verify_sampled(tree.tokens, tree.parents, argmax, self.sampler.io)
             t3 = time.perf_counter()
-            depth = tree.token_and_depth_lists()[1]
+            depth = tree.as_lists()[2]
             pick, fetch = self.sampler.pick, self.h.processed_row
             path, bonus = ddtree.walk_list(tree, lambda node: pick(node, n_past + depth[node] + 1, fetch))
-        tokens = tree.token_and_depth_lists()[0]
+        tokens = tree.as_lists()[0]
         # never commit more than the request still needs, nor past a stop token
         emits = [tokens[i] for i in path[1:]] + [bonus]
         for i, t in enumerate(emits):

@@ -5,7 +5,7 @@ then, for a tree node, the node's own ancestors and the node itself (never its f
 The device takes each window as distinct (token, count) pairs, -1 marking an empty slot; it applies
 one factor per named token, so the order of the pairs within a row does not change any result.
 
-Everything here is numpy over all rows at once, in as few calls as the layout allows: on the GPU
+Everything here works on all rows at once in as few numpy calls as the layout allows: on the GPU
 machine's host each numpy call costs microseconds, and the sampled step builds these windows for
 every tree node (23 at the default budget) each step.
 """
@@ -14,72 +14,75 @@ from __future__ import annotations
 from typing import Sequence
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 
-def tree_windows(tokens: np.ndarray, parents: np.ndarray, depth: np.ndarray, history: Sequence[int],
-                 last_n: int, *, preorder: bool = False, out: np.ndarray | None = None) -> np.ndarray:
+class TreeWindows:
+    """Every tree node's window, written into caller rows; made once per request, reused each step.
+
+    A node's window is the last `last_n` tokens of history + its root path. The tree's leading
+    chain (nodes 0..c, each the parent of the next; in any parents-first order these are the nodes
+    whose depth equals their index, and they come first: build_tree's and chain_tree's top-1
+    chain) makes most of them slices of one array: with src = (the last last_n - 1 committed
+    tokens, then the tree's tokens), a node at depth d whose parent is on the chain has the window
+    src[d : d + last_n], but for its own token in the last column. So one gather by depth fills
+    every row; then each node past the chain gets its own token and its off-chain ancestors'
+    tokens written over the chain tokens that the gather put in those columns (a Python walk up
+    from each: a few nodes, a few writes). Numpy calls per step: four, whatever the tree.
+    """
+
+    def __init__(self, last_n: int, max_nodes: int):
+        if last_n < 1:
+            raise ValueError(f"last_n must be >= 1 (tokens per penalty window), got {last_n}")
+        self.last_n = last_n
+        self._src = np.full(last_n - 1 + max_nodes, -1, np.int32)
+        self._by_depth = sliding_window_view(self._src, last_n)  # [max_nodes, last_n]: src[d : d + last_n]
+
+    def fill(self, tree, history: Sequence[int], out: np.ndarray) -> np.ndarray:
+        """Rows [tree.n_nodes, last_n] of `out` get the windows (unordered), -1 where history runs out.
+
+        tree: a ddtree.Tree (parents first); history: the committed tokens before the root.
+        """
+        width = self.last_n
+        tokens, parents, depth = tree.as_lists()
+        n = len(tokens)
+        if n > self._by_depth.shape[0]:
+            raise ValueError(f"the tree has {n} nodes but these windows were made for at most {self._by_depth.shape[0]}")
+        src = self._src
+        if width > 1:
+            tail = history[-(width - 1):]
+            pad = width - 1 - len(tail)
+            if pad:
+                src[:pad] = -1
+            src[pad:width - 1] = tail
+        src[width - 1:width - 1 + n] = tree.tokens
+        self._by_depth.take(tree.depth, axis=0, out=out)
+        first_off = 1
+        while first_off < n and depth[first_off] == first_off:
+            first_off += 1
+        if first_off < n:
+            at, value = [], []  # flat positions in out, tokens to write there
+            for i in range(first_off, n):
+                node, row = i, i * width
+                col = row + width - 1  # the node's own token, then its ancestors leftwards
+                while col >= row and depth[node] != node:
+                    at.append(col)
+                    value.append(tokens[node])
+                    node, col = parents[node], col - 1
+            out.put(at, value)
+        return out
+
+
+def tree_windows(tree, history: Sequence[int], last_n: int, *, out: np.ndarray | None = None) -> np.ndarray:
     """int32 [n_nodes, last_n]: each node's window (unordered), -1 where history runs out.
 
-    preorder: the nodes are in DFS preorder (build_tree's and chain_tree's layout), which finds
-    the ancestors in a few numpy calls (_preorder_windows); any parents-first order works without.
     out: an int32 [n_nodes, last_n] array to fill (e.g. the device's pen_tokens rows), else new.
     """
-    n = tokens.size
     if out is None:
-        out = np.empty((n, last_n), np.int32)
-    if last_n == 0:
-        return out
-    if preorder and n <= last_n:
-        _preorder_windows(tokens, depth, history, out)
-        return out
-    # Column b holds the token b places back from the node: its b-th ancestor while b <= depth,
-    # else the committed token (b - depth) places back from the end of `history`.
-    # One source array: the history's last last_n tokens (left-padded with -1, "none"), the nodes'
-    # tokens, then a -1 that the ancestor table's "past the root" entries point at.
-    src = np.full(last_n + n + 1, -1, np.int32)
-    tail = history[-last_n:]
-    src[last_n - len(tail):last_n] = tail
-    src[last_n:last_n + n] = tokens
-    n_anc = min(int(depth.max()) + 1, last_n)
-    # anc[i, b] = the b-th ancestor of node i; row n (which index -1 reaches) is "past the root".
-    # Doubling: the (m - 1 + j)-th ancestor is the j-th ancestor of the (m - 1)-th, so with columns
-    # 0..m-1 known one pass fills m - 1 more (4 passes for a 16-deep draft block, not 15).
-    anc = np.full((n + 1, n_anc), n, np.intp)
-    anc[:n, 0] = np.arange(n)
-    if n_anc > 1:
-        anc[:n, 1] = np.where(parents >= 0, parents, n)
-    m = 2
-    while m < n_anc:
-        k = min(m - 1, n_anc - m)
-        anc[:, m:m + k] = anc[anc[:, m - 1], 1:k + 1]
-        m += k
-    back = np.arange(last_n)
-    d = depth.astype(np.intp)[:, None]
-    from_tree = anc[:n, np.minimum(back, n_anc - 1)] + last_n
-    from_hist = last_n + d - back  # b - depth places back from the end of the history
-    np.take(src, np.where(back <= d, from_tree, from_hist), out=out)
+        out = np.empty((tree.n_nodes, last_n), np.int32)
+    if last_n:
+        TreeWindows(last_n, tree.n_nodes).fill(tree, history, out)
     return out
-
-
-def _preorder_windows(tokens: np.ndarray, depth: np.ndarray, history: Sequence[int], out: np.ndarray) -> None:
-    """tree_windows for nodes in DFS preorder, all shallower than out's width L. Column c of a
-    node at depth d holds its ancestor at depth c while c <= d (the root is depth 0, the node
-    itself depth d), else the history token L - c places back (columns d + 1 .. L - 1 hold the
-    last L - 1 - d committed tokens). In preorder the ancestor at depth c is the last node at
-    depth c at or before the node: every node between the two lies in its subtree, so deeper."""
-    n, width = out.shape
-    tail = history[-(width - 1):] if width > 1 else []
-    pad = width - 1 - len(tail)
-    if pad:
-        out[:, 1:pad + 1] = -1
-    if len(tail):
-        out[:, pad + 1:] = tail
-    # last[i, c]: the last node at depth c up to node i (depths are below n, so n columns hold all)
-    iota = np.arange(n)
-    last = np.zeros((n, n), np.intp)
-    last[iota, depth] = iota
-    np.maximum.accumulate(last, axis=0, out=last)
-    np.copyto(out[:, :n], tokens[last], where=iota <= depth[:, None])
 
 
 def dedupe_rows(rows: np.ndarray, counts: np.ndarray | None = None) -> None:

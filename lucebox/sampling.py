@@ -25,7 +25,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .penalty_window import dedupe_rows, fill_counts, tree_windows
+from .penalty_window import TreeWindows, dedupe_rows, fill_counts
 
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -189,6 +189,7 @@ class Sampler:
                                 n_candidates=min(n_vocab, max(n_candidates, processing.top_k)),
                                 penalty_slots=self.slots)
         self._row = np.empty(n_vocab, np.float32)
+        self._windows = TreeWindows(penalty_last_n, max_rows) if self.slots else None
         # The device reads a named token's count only for the frequency penalty (count * frequency
         # + presence, so with frequency 0 any count gives the same bits): without one, every count
         # stays 1 (named tokens need >= 1) and the windows skip counting.
@@ -229,17 +230,16 @@ class Sampler:
 
     def set_tree_windows(self, tree, history: Sequence[int]) -> None:
         """Every node's penalty window: the committed `history`, then the node's ancestors and
-        itself (penalty_window.tree_windows), all rows in one pass."""
+        itself (penalty_window.TreeWindows), all rows in one pass."""
         if not self.slots:
             return
-        n, last_n = tree.n_nodes, self.penalty_last_n
+        n = tree.n_nodes
         counts = None if self._counts is None else self._counts[:n]
-        if self.slots == last_n:  # the windows land in the device rows and are deduplicated there
-            rows = tree_windows(tree.tokens, tree.parents, tree.depth, history, last_n, preorder=tree.preorder,
-                                out=self.io.pen_tokens[:n])
+        if self.slots == self.penalty_last_n:  # the windows land in the device rows and are deduplicated there
+            rows = self._windows.fill(tree, history, self.io.pen_tokens[:n])
             dedupe_rows(rows, counts)
         else:
-            windows = tree_windows(tree.tokens, tree.parents, tree.depth, history, last_n, preorder=tree.preorder)
+            windows = self._windows.fill(tree, history, np.empty((n, self.penalty_last_n), np.int32))
             fill_counts(windows, self.io.pen_tokens, self._counts)
 
     def pick(self, row: int, position: int, fetch_row: Callable[[int, np.ndarray], np.ndarray]) -> int:

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from lucebox import ddtree
-from lucebox.penalty_window import dedupe_rows, fill_counts, tree_windows
+from lucebox.penalty_window import TreeWindows, dedupe_rows, fill_counts, tree_windows
 
 
 def reference_windows(tokens, parents, history, last_n) -> list[Counter]:
@@ -46,7 +46,7 @@ def test_tree_windows_match_the_path_definition(last_n, n_hist):
         # small vocabularies force repeats; deep chains (random parents) reach past last_n
         tree = random_tree(rng, int(rng.integers(1, 40)), n_vocab=int(rng.integers(2, 12)))
         history = rng.integers(0, 12, n_hist).tolist()
-        windows = tree_windows(tree.tokens, tree.parents, tree.depth, history, last_n)
+        windows = tree_windows(tree, history, last_n)
         slots = max(last_n, 1)
         pen_tokens = np.full((64, slots), 7, np.int32)  # stale values must be overwritten
         pen_counts = np.zeros((64, slots), np.int32)
@@ -58,7 +58,7 @@ def test_tree_windows_match_the_path_definition(last_n, n_hist):
 def test_chain_deeper_than_the_window():
     tokens = list(range(10, 30))
     tree = ddtree.tree_from_parents(tokens, [-1] + list(range(19)))
-    windows = tree_windows(tree.tokens, tree.parents, tree.depth, [1, 2, 3], 4)
+    windows = tree_windows(tree, [1, 2, 3], 4)
     assert sorted(windows[19].tolist()) == [26, 27, 28, 29]
     assert sorted(windows[1].tolist()) == [2, 3, 10, 11]
     assert sorted(windows[0].tolist()) == [1, 2, 3, 10]
@@ -66,13 +66,13 @@ def test_chain_deeper_than_the_window():
 
 @pytest.mark.parametrize("n_nodes", [2, 3, 5, 17, 40])
 def test_chains_of_every_depth_against_the_path_definition(n_nodes):
-    """Deep chains exercise every doubling pass of the ancestor table."""
+    """Chains of every length: all rows come from the one gather by depth, none from the walk."""
     rng = np.random.default_rng(n_nodes)
     tokens = rng.integers(0, 6, n_nodes).tolist()
     tree = ddtree.tree_from_parents(tokens, [-1] + list(range(n_nodes - 1)))
     history = rng.integers(0, 6, 30).tolist()
     pen_tokens, pen_counts = np.zeros((n_nodes, 64), np.int32), np.zeros((n_nodes, 64), np.int32)
-    fill_counts(tree_windows(tree.tokens, tree.parents, tree.depth, history, 64), pen_tokens, pen_counts)
+    fill_counts(tree_windows(tree, history, 64), pen_tokens, pen_counts)
     want = reference_windows(tokens, tree.parents.tolist(), history, 64)
     assert rows_as_counters(pen_tokens, pen_counts, n_nodes) == want
 
@@ -83,12 +83,12 @@ def test_vocabulary_smaller_than_the_window():
     tree = random_tree(rng, 12, n_vocab=5)
     history = rng.integers(0, 5, 20).tolist()
     pen_tokens, pen_counts = np.zeros((12, 5), np.int32), np.zeros((12, 5), np.int32)
-    fill_counts(tree_windows(tree.tokens, tree.parents, tree.depth, history, 16), pen_tokens, pen_counts)
+    fill_counts(tree_windows(tree, history, 16), pen_tokens, pen_counts)
     want = reference_windows(tree.tokens.tolist(), tree.parents.tolist(), history, 16)
     assert rows_as_counters(pen_tokens, pen_counts, 12) == want
 
 
-# --- the preorder fast path and in-place deduplication (what the decode step runs) ----------------
+# --- preorder trees and in-place deduplication (what the decode step runs) ------------------------
 def random_preorder_tree(rng, n_nodes: int, n_vocab: int):
     """A random tree laid out in DFS preorder: each node's parent is on the root path of the node
     before it (any depth, any number of children)."""
@@ -105,8 +105,7 @@ def device_rows(tree, history, last_n, counts: bool):
     """The rows Sampler.set_tree_windows writes: windows straight into pen_tokens, deduplicated."""
     pen_tokens = np.full((tree.n_nodes + 2, last_n), 7, np.int32)  # stale values must be overwritten
     pen_counts = np.zeros_like(pen_tokens)
-    rows = tree_windows(tree.tokens, tree.parents, tree.depth, history, last_n, preorder=tree.preorder,
-                        out=pen_tokens[:tree.n_nodes])
+    rows = tree_windows(tree, history, last_n, out=pen_tokens[:tree.n_nodes])
     dedupe_rows(rows, pen_counts[:tree.n_nodes] if counts else None)
     assert (pen_tokens[tree.n_nodes:] == 7).all(), "rows past the tree were written"
     return pen_tokens, pen_counts
@@ -117,7 +116,7 @@ def device_rows(tree, history, last_n, counts: bool):
 def test_preorder_windows_match_the_path_definition(last_n, n_hist):
     rng = np.random.default_rng(1000 + last_n * 10 + n_hist)
     for trial in range(40):
-        # trees up to 70 nodes: over last_n nodes (or depth) takes the general path
+        # trees up to 70 nodes: paths deeper than last_n, off-chain branches deeper than last_n
         tree = random_preorder_tree(rng, int(rng.integers(1, 70)), n_vocab=int(rng.integers(2, 40)))
         assert tree.preorder
         history = rng.integers(0, 40, n_hist).tolist()
@@ -130,7 +129,7 @@ def test_preorder_windows_match_the_path_definition(last_n, n_hist):
         assert got == [set(c) for c in want], trial
 
 
-def test_draft_trees_take_the_preorder_path_and_match():
+def test_draft_trees_match():
     """build_tree's and chain_tree's layouts, as the decode step sees them."""
     rng = np.random.default_rng(9)
     for trial in range(30):
@@ -144,6 +143,25 @@ def test_draft_trees_take_the_preorder_path_and_match():
             pen_tokens, pen_counts = device_rows(tree, history, 64, counts=True)
             want = reference_windows(tree.tokens.tolist(), tree.parents.tolist(), history, 64)
             assert rows_as_counters(pen_tokens, pen_counts, tree.n_nodes) == want, trial
+
+
+def test_one_window_builder_across_steps():
+    """The Sampler's TreeWindows is reused every step: nothing of an earlier tree or history (a
+    longer one included) may leak into the next rows. Trees in any parents-first order."""
+    rng = np.random.default_rng(77)
+    for last_n in (1, 4, 64):
+        windows = TreeWindows(last_n, 64)
+        for trial in range(60):
+            make = random_preorder_tree if trial % 3 else random_tree
+            tree = make(rng, int(rng.integers(1, 65)), n_vocab=int(rng.integers(2, 20)))
+            history = rng.integers(0, 20, int(rng.integers(0, 90))).tolist()
+            out = np.full((70, last_n), 7, np.int32)
+            windows.fill(tree, history, out[:tree.n_nodes])
+            assert (out[tree.n_nodes:] == 7).all(), "rows past the tree were written"
+            got = [Counter(t for t in row if t >= 0) for row in out[:tree.n_nodes].tolist()]
+            assert got == reference_windows(tree.tokens.tolist(), tree.parents.tolist(), history, last_n), trial
+        with pytest.raises(ValueError, match="at most 64"):
+            windows.fill(random_tree(rng, 65, 5), [], np.zeros((65, last_n), np.int32))
 
 
 def test_tree_from_parents_tells_preorder():

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 from operator import itemgetter
 from dataclasses import dataclass, field
+from typing import Sequence
 
 import numpy as np
 
@@ -35,12 +36,33 @@ class Tree:
     tokens: np.ndarray     # int32: tokens[0] = last (the root), then the draft nodes
     parents: np.ndarray    # int32: parents[0] = -1, else 0 <= parents[i] < i
     depth: np.ndarray      # int32: 0 for the root; depth d = block position d after `last`
-    rank: np.ndarray       # int32: draft rank of each token at its depth (root: -1)
-    pop_index: np.ndarray  # int32: when each node entered (root 0, then chain, then best-first)
-    logp_cum: np.ndarray | None = None  # float64: path log-prob under the draft (root 0), or None
+    # rank, pop_index, logp_cum (properties below) are diagnostics the decode step never reads:
+    # kept as given (build_tree gives sequences) and made arrays on first read
+    _rank: Sequence[int] | np.ndarray
+    _pop_index: Sequence[int] | np.ndarray
+    _logp_cum: Sequence[float] | np.ndarray | None = None
     preorder: bool = False  # nodes in DFS preorder (build_tree, chain_tree)
     _children: dict | None = field(default=None, repr=False)  # (parent, token) -> child
     _lists: tuple | None = field(default=None, repr=False)  # (tokens, parents, depth) as Python ints
+
+    @property
+    def rank(self) -> np.ndarray:
+        """int32: draft rank of each token at its depth (root: -1)."""
+        self._rank = np.asarray(self._rank, np.int32)
+        return self._rank
+
+    @property
+    def pop_index(self) -> np.ndarray:
+        """int32: when each node entered (root 0, then chain, then best-first)."""
+        self._pop_index = np.asarray(self._pop_index, np.int32)
+        return self._pop_index
+
+    @property
+    def logp_cum(self) -> np.ndarray | None:
+        """float64: path log-prob under the draft (root 0), or None."""
+        if self._logp_cum is not None:
+            self._logp_cum = np.asarray(self._logp_cum, np.float64)
+        return self._logp_cum
 
     def as_lists(self) -> tuple:
         """(tokens, parents, depth) as sequences of Python ints: what the step's Python loops index."""
@@ -254,10 +276,8 @@ def _preorder(tok: list, par: list, dep: list, rnk: list, score: list) -> Tree:
     tokens_l, parents_l, depth_l = in_preorder(tok), in_preorder(parent_slot), in_preorder(dep)
     # (parent, token) -> child; fed last slot first so the best (earliest) sibling is the one kept
     children = dict(zip(zip(parents_l[:0:-1], tokens_l[:0:-1]), range(m - 1, 0, -1)))
-    # one conversion for every int32 field (rows of one array), one for the scores
-    table = np.array([tokens_l, parents_l, depth_l, in_preorder(rnk), order], np.int32)
-    tokens, parents, depth, rank, pop_index = table
-    return Tree(tokens, parents, depth, rank, pop_index, np.array(in_preorder(score)), preorder=True,
+    tokens, parents, depth = np.array([tokens_l, parents_l, depth_l], np.int32)  # one conversion
+    return Tree(tokens, parents, depth, in_preorder(rnk), order, in_preorder(score), preorder=True,
                 _children=children, _lists=(tokens_l, parents_l, depth_l))
 
 

@@ -84,21 +84,24 @@ def draw(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processing, u:
     needs candidates past the trusted ones: fetch the whole row and call again with complete=True.
     """
     if not complete:
-        return _draw_candidates(ids, vals.tolist(), lse, p, u)
+        i = _draw_candidates(vals.tolist(), lse, p, u)
+        return None if i is None else int(ids[i])
     return _draw_row(ids, vals, lse, p, u)
 
 
-def _draw_candidates(ids: np.ndarray, vals: list[float], lse: float, p: Processing, u: float) -> int | None:
-    """`draw` on the C candidates (vals as Python floats): a few dozen values, so Python lists,
-    with numpy only for exp and the top-k sum, which must give the bits the whole-row path gives.
-    The other float64 operations (-, /, cumsum as a running sum, the binary searches) are IEEE
-    operations that Python performs exactly as numpy does."""
+def _draw_candidates(vals: list[float], lse: float, p: Processing, u: float) -> int | None:
+    """`draw` on the C candidates (vals as Python floats, best first): the rank of the drawn one.
+
+    A few dozen values, so Python lists, with numpy only for exp and the top-k sum, which must give
+    the bits the whole-row path gives (one call each: on the GPU machine's host a numpy call costs
+    more than the list work around it). The other float64 operations (-, /, cumsum as a running
+    sum, the binary searches) are IEEE operations that Python performs exactly as numpy does."""
     n = len(vals)
     last = vals[-1]
     # Candidates are sorted best first, so "the first k are trusted" (strictly better than the
     # last, which a tie may hide behind) is one compare: vals[k - 1] > vals[-1].
     if p.temperature == 0.0:  # greedy on the processed logits: the best, lowest id among equals
-        return int(ids[0]) if vals[0] > last else None
+        return 0 if vals[0] > last else None
     limit = None  # length of the kept prefix; None = not bounded yet (the whole vocabulary)
     if p.top_k > 0:
         if p.top_k >= n or not vals[p.top_k - 1] > last:
@@ -108,12 +111,12 @@ def _draw_candidates(ids: np.ndarray, vals: list[float], lse: float, p: Processi
         kept = n - 1  # the trusted prefix: candidates strictly better than the last
         while kept and not vals[kept - 1] > last:
             kept -= 1
-    # x = log p_j - log p_0 for the kept prefix (the values the whole row gives there)
+    # p_j = exp(x_j - lse), x_j = log p_j - log p_0 = (v_j - v_0) / T for the kept prefix (the
+    # values the whole row gives there)
     v0, temp = vals[0], p.temperature
-    x = [(v - v0) / temp for v in vals[:kept]]
-    probs = np.exp(np.subtract(x, lse))
+    probs = np.exp([(v - v0) / temp - lse for v in vals[:kept]])
     if limit is not None:
-        probs = probs / probs.sum()  # top-p and the draw see the top-k renormalised
+        probs /= np.add.reduce(probs)  # top-p and the draw see the top-k renormalised (probs.sum())
     cum = list(accumulate(probs.tolist()))  # np.cumsum's sequential sums, bit for bit
     if p.top_p < 1.0:
         reach = bisect_left(cum, p.top_p) + 1  # smallest prefix with mass >= top_p
@@ -124,16 +127,15 @@ def _draw_candidates(ids: np.ndarray, vals: list[float], lse: float, p: Processi
         limit = reach
     if p.min_p > 0.0:
         log_min_p = float(np.log(p.min_p))  # numpy's log, as the whole-row path takes it
-        passing = sum(1 for xj in x if xj >= log_min_p)  # p_j >= min_p * p_max
+        passing = sum(1 for v in vals[:kept] if (v - v0) / temp >= log_min_p)  # p_j >= min_p * p_max
         if limit is None and passing == kept:
             return None  # the next token might pass too
         limit = passing if limit is None else min(limit, passing)
     if limit is None:
         # no filter: the draw runs over the whole vocabulary, candidates first
         i = bisect_right(cum, u)
-        return int(ids[i]) if i < kept else None
-    i = bisect_right(cum, u * cum[limit - 1], 0, limit)
-    return int(ids[min(i, limit - 1)])
+        return i if i < kept else None
+    return min(bisect_right(cum, u * cum[limit - 1], 0, limit), limit - 1)
 
 
 def _draw_row(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processing, u: float) -> int:
@@ -164,9 +166,14 @@ def _draw_row(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processin
     return int(ids[min(i, len(cum) - 1)])
 
 
+def candidate_order(ids: np.ndarray, vals: np.ndarray) -> np.ndarray:
+    """The permutation that puts candidates best first by value, ties by token id."""
+    return np.lexsort((ids, -vals))
+
+
 def sort_candidates(ids: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Best first by value, ties by token id."""
-    order = np.lexsort((ids, -vals))
+    order = candidate_order(ids, vals)
     return ids[order], vals[order]
 
 
@@ -246,11 +253,12 @@ class Sampler:
         """The token at absolute `position` from output row `row` of the last sampled call."""
         u = uniform(self.seed, position)
         io = self.io
-        ids, vals = sort_candidates(io.cand_ids[row], io.cand_logits[row])
-        tok = _draw_candidates(ids, vals.tolist(), float(io.row_lse[row]), self.p, u)
-        if tok is None:
-            tok = draw_from_row(fetch_row(row, self._row), ids, vals, self.p, u)
-        return tok
+        ids, vals = io.cand_ids[row], io.cand_logits[row]
+        order = candidate_order(ids, vals)
+        rank = _draw_candidates(vals[order].tolist(), io.row_lse.item(row), self.p, u)
+        if rank is not None:
+            return int(ids[order[rank]])  # only the drawn id is looked up, not the sorted ids
+        return draw_from_row(fetch_row(row, self._row), ids[order], vals[order], self.p, u)
 
 
 def draw_from_row(row: np.ndarray, ids: np.ndarray, vals: np.ndarray, p: Processing, u: float) -> int:

@@ -28,7 +28,8 @@ class TreeWindows:
     src[d : d + last_n], but for its own token in the last column. So one gather by depth fills
     every row; then each node past the chain gets its own token and its off-chain ancestors'
     tokens written over the chain tokens that the gather put in those columns (a Python walk up
-    from each: a few nodes, a few writes). Numpy calls per step: four, whatever the tree.
+    from each: a few nodes, a few writes). Numpy calls per step: four whatever the tree (five
+    while the history is shorter than the window), where an ancestor table took a dozen.
     """
 
     def __init__(self, last_n: int, max_nodes: int):
@@ -45,9 +46,9 @@ class TreeWindows:
         """
         width = self.last_n
         tokens, parents, depth = tree.as_lists()
-        n = len(tokens)
-        if n > self._by_depth.shape[0]:
-            raise ValueError(f"the tree has {n} nodes but these windows were made for at most {self._by_depth.shape[0]}")
+        n, max_nodes = len(tokens), self._by_depth.shape[0]
+        if n > max_nodes:
+            raise ValueError(f"the tree has {n} nodes but these windows were made for at most {max_nodes}")
         src = self._src
         if width > 1:
             tail = history[-(width - 1):]

@@ -137,6 +137,38 @@ def test_ties_break_by_token_id():
     assert sampling.draw(ids, vals, lse, Processing(temperature=1.0, top_k=4), 0.5, complete=False) is None
 
 
+def test_sampler_pick_draws_what_draw_draws():
+    """Sampler.pick reads the device buffers (candidates unordered, ties included) and looks up only
+    the drawn id: the same token as draw() on the sorted candidates, the whole row when needed."""
+    rng = np.random.default_rng(11)
+    n_fetched = 0
+    for trial, p in enumerate(SETTINGS * 3):
+        n_vocab = 300
+        logits = np.round(rng.standard_normal(n_vocab) * rng.uniform(0.5, 4.0) * 4) / 4  # ties
+        s = sampling.Sampler(p, trial, n_candidates=32, penalty_last_n=64, max_rows=4, n_vocab=n_vocab)
+        ids, vals, lse, full = device_like(logits.astype(np.float32), {}, p, s.io.cand_ids.shape[1])
+        perm = rng.permutation(ids.size)  # the device's candidate order is arbitrary
+        row = trial % 4
+        s.io.cand_ids[row], s.io.cand_logits[row], s.io.row_lse[row] = ids[perm], vals[perm], lse
+        fetched = []
+
+        def fetch_row(r, out):
+            fetched.append(r)
+            out[:] = full
+            return out
+
+        sids, svals = sampling.sort_candidates(ids, vals)
+        for position in range(20):
+            u = sampling.uniform(trial, position)
+            want = sampling.draw(sids, svals, float(np.float32(lse)), p, u, complete=False)
+            if want is None:
+                want = sampling.draw_from_row(full, sids, svals, p, u)
+            assert s.pick(row, position, fetch_row) == want, (trial, p, position)
+        assert set(fetched) <= {row}
+        n_fetched += len(fetched)
+    assert n_fetched > 0  # the whole-row path ran too
+
+
 def test_uniform_is_a_function_of_seed_and_position():
     a = [sampling.uniform(7, q) for q in range(2000)]
     assert a == [sampling.uniform(7, q) for q in range(2000)]

@@ -54,7 +54,12 @@ def run_stage(label: str, fn, n_calls: int, top: int) -> None:
     total, rows = kernel_table(prof, n_calls)
     print(f"\n### {label}: wall {wall:.2f} ms/call, kernels {total:.2f} ms/call, "
           f"{sum(r[1] for r in rows)} kernels/call")
-    print("| kernel | calls | ms/call | % |\n|---|---|---|---|")
+    print_rows(rows, total, top, "ms/call")
+
+
+def print_rows(rows, total: float, top: int, unit: str) -> None:
+    """The `top` kernels of a kernel_table as a markdown table."""
+    print(f"| kernel | calls | {unit} | % |\n|---|---|---|---|")
     for k, c, t in rows[:top]:
         print(f"| `{k}` | {c} | {t:.3f} | {100 * t / max(total, 1e-9):.1f} |")
 
@@ -123,21 +128,17 @@ def profile_prefill(args, rng) -> None:
             prompt = rng.integers(0, min(h.info()["n_vocab"], 150000), args.prefill).astype(np.int32)
             h.prefill(prompt[:64])  # graph builds and first-use allocations outside the profile
             h.reset()
-            run = lambda: h.prefill(prompt)  # noqa: E731
             torch.cuda.synchronize()
             with profile(activities=[ProfilerActivity.CUDA]) as prof:
                 t0 = time.perf_counter()
-                run()
+                h.prefill(prompt)
                 torch.cuda.synchronize()
                 wall = (time.perf_counter() - t0) * 1e3
             total, rows = kernel_table(prof, 1)
-            h.reset()
         label = "batch-invariant" if invariant else "batch-dependent"
         print(f"\n### prefill {args.prefill} tokens, {label}: wall {wall:.1f} ms "
               f"({args.prefill / wall * 1e3:.0f} tok/s), kernels {total:.1f} ms")
-        print("| kernel | calls | ms | % |\n|---|---|---|---|")
-        for k, c, t in rows[:args.top]:
-            print(f"| `{k}` | {c} | {t:.3f} | {100 * t / max(total, 1e-9):.1f} |")
+        print_rows(rows, total, args.top, "ms")
 
 
 if __name__ == "__main__":

@@ -7,8 +7,8 @@ embedded demo pair on the CPU).
 Each mode runs --steps DDTree steps on the real engine, recording what every native call returned;
 then the same steps are replayed with those recorded results in place of the native calls (the
 replay checks that every step commits what the real one did), so only the host work runs:
-decode.Step's host part (tree build, penalty windows, the acceptance walk with its draws, the emit
-bookkeeping). Reported per step:
+decode.Step's host part (tree build, penalty windows, the acceptance walk on the drawn tokens with
+the whole-row draws the native draw leaves, the emit bookkeeping). Reported per step:
 - replay us: median host time of the replayed steps (warm caches, no native work between them:
   the steadiest figure to compare two versions of the host code on one machine; the least of
   --rounds medians, since a shared machine's noise only adds time);
@@ -55,6 +55,11 @@ MODES = {
 
 
 # --- recording the native calls, then standing in for them ------------------------------------
+def sampled_outputs(io) -> tuple:
+    """The buffers a sampled verify writes (SampleBuffers): what the replay must put back."""
+    return io.cand_ids, io.cand_logits, io.row_max, io.row_lse, io.drawn, io.uniforms
+
+
 class Recorder:
     """Wraps a Handle and a drafter for Step; keeps a copy of what each native call returned."""
 
@@ -74,8 +79,7 @@ class Recorder:
     def verify_sampled(self, tokens, parents, out_argmax, io):
         self.h.verify_sampled(tokens, parents, out_argmax, io)
         n = tokens.size
-        self.calls.append(("verify", out_argmax.copy(), io.cand_ids[:n].copy(), io.cand_logits[:n].copy(),
-                           io.row_max[:n].copy(), io.row_lse[:n].copy()))
+        self.calls.append(("verify", out_argmax.copy(), *(a[:n].copy() for a in sampled_outputs(io))))
 
     def processed_row(self, row, out):
         self.h.processed_row(row, out)
@@ -106,10 +110,11 @@ class Replayer:
         out_argmax[:] = self._next("verify")[0]
 
     def verify_sampled(self, tokens, parents, out_argmax, io):
-        argmax, ids, logits, row_max, lse = self._next("verify")
+        argmax, *outputs = self._next("verify")
         n = tokens.size
         out_argmax[:] = argmax
-        io.cand_ids[:n], io.cand_logits[:n], io.row_max[:n], io.row_lse[:n] = ids, logits, row_max, lse
+        for buf, recorded in zip(sampled_outputs(io), outputs):
+            buf[:n] = recorded
 
     def processed_row(self, row, out):
         out[:] = self._next("row")[0]
@@ -130,7 +135,7 @@ def record(h: Handle, info: dict, prompt: list[int], gen: GenerationConfig, step
         else:
             sampler.set_window(0, prompt)
             h.prefill_sampled(prompt, sampler.io)
-            last = sampler.pick(0, len(prompt), h.processed_row)
+            last = sampler.pick(0, h.processed_row)
         rec = Recorder(h, NativeDrafter(h, info["block_size"]))
         step = Step(rec, info, "ddtree", rec, gen, sampler)
         run = {"first": last, "history": list(prompt), "steps": [], "calls": rec.calls, "live_s": []}

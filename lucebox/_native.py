@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-ABI_VERSION = 4  # must equal LB_ABI_VERSION in lucebox.h
+ABI_VERSION = 5  # must equal LB_ABI_VERSION in lucebox.h
 
 LIB_ENV = "LUCEBOX_LIB"
 LIB_NAME = "liblucebox.so"
@@ -45,6 +45,8 @@ class LibraryNotFound(RuntimeError):
 
 _i32p = ctypes.POINTER(ctypes.c_int32)
 _f32p = ctypes.POINTER(ctypes.c_float)
+_f64p = ctypes.POINTER(ctypes.c_double)
+_i64p = ctypes.POINTER(ctypes.c_int64)
 
 
 def _fields(ctype, *names: str) -> list:
@@ -84,10 +86,16 @@ class PlanShape(ctypes.Structure):
 
 # typedef struct lb_sampling { ... } lb_sampling;
 class Sampling(ctypes.Structure):
-    _fields_ = (_fields(ctypes.c_float, "temperature", "repeat_penalty", "presence_penalty", "frequency_penalty")
+    _fields_ = (_fields(ctypes.c_double, "temperature")
+                + _fields(ctypes.c_float, "repeat_penalty", "presence_penalty", "frequency_penalty")
+                + _fields(ctypes.c_int32, "top_k")
+                + _fields(ctypes.c_double, "top_p", "min_p")
+                + _fields(ctypes.c_uint64, "seed")
                 + _fields(ctypes.c_int32, "n_candidates", "penalty_slots")
                 + _fields(_i32p, "pen_tokens", "pen_counts", "cand_ids")
                 + _fields(_f32p, "cand_logits", "row_max", "row_lse")
+                + _fields(_i32p, "drawn")
+                + _fields(_f64p, "uniforms")
                 + _fields(ctypes.c_int64, "rows_cap"))
 
 
@@ -137,6 +145,8 @@ _PROTOTYPES = [
     ("lb_step_sampled", ctypes.c_int32, [_engine_p, ctypes.c_int32, _i32p, ctypes.POINTER(Sampling)]),
     # int32_t lb_processed_row(lb_engine *, int32_t row, float * out, int64_t cap);
     ("lb_processed_row", ctypes.c_int32, [_engine_p, ctypes.c_int32, _f32p, ctypes.c_int64]),
+    # int32_t lb_sampling_draw(const lb_sampling * s, int32_t rows, const int64_t * positions);
+    ("lb_sampling_draw", ctypes.c_int32, [ctypes.POINTER(Sampling), ctypes.c_int32, _i64p]),
     # int32_t lb_state_size(const lb_engine * e, int64_t * out_bytes);
     ("lb_state_size", ctypes.c_int32, [_engine_p, ctypes.POINTER(ctypes.c_int64)]),
     # int32_t lb_state_save(lb_engine * e, void * buf, int64_t cap, int64_t * out_written);
@@ -449,14 +459,16 @@ class Handle:
         self._journal[:] = [int(t) for t in tokens]
 
 class SampleBuffers:
-    """The lb_sampling of one request: its processing settings and buffers for up to `max_rows` rows.
+    """The lb_sampling of one request: its processing settings, seed and buffers for up to `max_rows` rows.
 
     Fill `pen_tokens[:rows]` / `pen_counts[:rows]` (-1 = empty slot) before a sampled call; the
-    outputs land in cand_ids, cand_logits, row_max, row_lse.
+    outputs land in cand_ids, cand_logits, row_max, row_lse, and the native draw's in drawn (the
+    token, or -1: draw on the whole processed row) and uniforms.
     """
 
     def __init__(self, max_rows: int, *, temperature: float, repeat_penalty: float, presence_penalty: float,
-                 frequency_penalty: float, n_candidates: int, penalty_slots: int):
+                 frequency_penalty: float, n_candidates: int, penalty_slots: int, top_k: int = 0, top_p: float = 1.0,
+                 min_p: float = 0.0, seed: int = 0):
         self.max_rows = max_rows
         self.pen_tokens = np.full((max_rows, max(penalty_slots, 1)), -1, np.int32)
         self.pen_counts = np.zeros((max_rows, max(penalty_slots, 1)), np.int32)
@@ -464,9 +476,13 @@ class SampleBuffers:
         self.cand_logits = np.zeros((max_rows, n_candidates), np.float32)
         self.row_max = np.zeros(max_rows, np.float32)
         self.row_lse = np.zeros(max_rows, np.float32)
+        self.drawn = np.full(max_rows, -1, np.int32)
+        self.uniforms = np.zeros(max_rows, np.float64)
         s = self._struct = Sampling()
         s.temperature, s.repeat_penalty = temperature, repeat_penalty
         s.presence_penalty, s.frequency_penalty = presence_penalty, frequency_penalty
+        s.top_k, s.top_p, s.min_p = top_k, top_p, min_p
+        self.seed = seed
         s.n_candidates, s.penalty_slots = n_candidates, penalty_slots
         s.pen_tokens = _i32(self.pen_tokens)
         s.pen_counts = _i32(self.pen_counts)
@@ -474,9 +490,25 @@ class SampleBuffers:
         s.cand_logits = self.cand_logits.ctypes.data_as(_f32p)
         s.row_max = self.row_max.ctypes.data_as(_f32p)
         s.row_lse = self.row_lse.ctypes.data_as(_f32p)
+        s.drawn = _i32(self.drawn)
+        s.uniforms = self.uniforms.ctypes.data_as(_f64p)
         s.rows_cap = max_rows
+
+    @property
+    def seed(self) -> int:
+        return int(self._struct.seed)
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self._struct.seed = int(value) & (2 ** 64 - 1)  # the draw's seed is its low 64 bits
 
     def struct(self, rows: int):
         if rows > self.max_rows:
             raise ValueError(f"{rows} rows but the sampling buffers hold {self.max_rows}")
         return ctypes.byref(self._struct)
+
+    def draw(self, positions) -> None:
+        """lb_sampling_draw: draw rows [0, len(positions)) again from the candidates these buffers
+        hold, row r for position positions[r], into drawn and uniforms (e.g. with another seed)."""
+        pos = np.ascontiguousarray(positions, dtype=np.int64)
+        _check(lib().lb_sampling_draw(self.struct(pos.size), pos.size, pos.ctypes.data_as(_i64p)))

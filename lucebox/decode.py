@@ -2,8 +2,9 @@
 
 `Step.run` advances the caches by one step and says what it committed. Greedy (`sampler` None)
 accepts along the target's argmax per node; sampling accepts by sample-and-match: at each node on
-the path the target's token is drawn from its processed distribution (lucebox/sampling.py), the walk
-moves to the child carrying it, else that token is the bonus. AR is the same step with a one-node
+the path the target's token is drawn from its processed distribution (the sampled verify draws one
+for every node, lucebox/sampling.py), the walk moves to the child carrying it, else that token is
+the bonus. AR is the same step with a one-node
 tree (lb_step, with the sampling tail when sampling) and no draft.
 """
 from __future__ import annotations
@@ -70,9 +71,7 @@ class Step:
         else:
             self.h.verify_sampled(tree.tokens, tree.parents, argmax, self.sampler.io)
             t3 = time.perf_counter()
-            depth = tree.as_lists()[2]
-            pick, fetch = self.sampler.pick, self.h.processed_row
-            path, bonus = ddtree.walk_list(tree, lambda node: pick(node, n_past + depth[node] + 1, fetch))
+            path, bonus = ddtree.walk_list(tree, self.sampler.chooser(n, self.h.processed_row))
         tokens = tree.as_lists()[0]
         # never commit more than the request still needs, nor past a stop token
         emits = [tokens[i] for i in path[1:]] + [bonus]
@@ -99,7 +98,7 @@ class Step:
         t1 = time.perf_counter()
         argmax = self.h.step_sampled(last, s.io)
         t2 = time.perf_counter()
-        nxt = s.pick(0, len(history) + 1, self.h.processed_row)
+        nxt = s.pick(0, self.h.processed_row)
         return StepResult([last], nxt, argmax, verify_s=t2 - t1, host_s=(t1 - t0) + time.perf_counter() - t2)
 
     def _set_windows(self, tree: ddtree.Tree, history: list[int]) -> None:

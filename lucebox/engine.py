@@ -224,7 +224,7 @@ class Engine:
         elif new.size:
             sampler.set_window(0, ids)
             self._pending = self._h().prefill_sampled(new, sampler.io)
-            first = sampler.pick(0, len(ids), self._h().processed_row)
+            first = sampler.pick(0, self._h().processed_row)
         if progress is not None and len(ids) > n_cached:
             progress(len(ids) - n_cached, len(ids) - n_cached)
         if len(ids) > n_cached:

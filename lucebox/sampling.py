@@ -13,6 +13,11 @@ fixed order of the tokens gives an exact draw; the order here is a function of t
 The draw for the token at absolute position q uses the uniform `uniform(seed, q)`: a counter-based
 hash of (seed, q) alone, so AR, chain and DDTree at any budget emit the same tokens for one seed
 (they all see bit-identical logits per position), and the output distribution is the target's.
+
+The draw on the candidates runs natively, for every row, inside the sampled calls
+(native/src/sample_draw.cpp: lb_sampling's drawn and uniforms), so the decode step reads tokens as
+greedy reads its argmax. `uniform` and `draw` here are its definition in Python, which the tests
+hold the native draw to token for token; `draw_from_row` finishes the rows it leaves (-1).
 """
 from __future__ import annotations
 
@@ -21,6 +26,7 @@ from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from functools import lru_cache
 from itertools import accumulate
+from math import exp, log
 from typing import Callable, Sequence
 
 import numpy as np
@@ -92,10 +98,11 @@ def draw(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processing, u:
 def _draw_candidates(vals: list[float], lse: float, p: Processing, u: float) -> int | None:
     """`draw` on the C candidates (vals as Python floats, best first): the rank of the drawn one.
 
-    A few dozen values, so Python lists, with numpy only for exp and the top-k sum, which must give
-    the bits the whole-row path gives (one call each: on the GPU machine's host a numpy call costs
-    more than the list work around it). The other float64 operations (-, /, cumsum as a running
-    sum, the binary searches) are IEEE operations that Python performs exactly as numpy does."""
+    The definition native/src/sample_draw.cpp follows operation for operation: float64 throughout,
+    exp and log from libm (math.exp / math.log, the functions the C side calls: numpy's own SIMD exp
+    and log differ from them in the last bit of a few percent of values), sums taken left to right.
+    The whole-row path (numpy) may round a probability one bit apart, which moves only draws within
+    ~1e-16 of a boundary; every mode takes the same path for a row, so they still agree."""
     n = len(vals)
     last = vals[-1]
     # Candidates are sorted best first, so "the first k are trusted" (strictly better than the
@@ -114,10 +121,13 @@ def _draw_candidates(vals: list[float], lse: float, p: Processing, u: float) -> 
     # p_j = exp(x_j - lse), x_j = log p_j - log p_0 = (v_j - v_0) / T for the kept prefix (the
     # values the whole row gives there)
     v0, temp = vals[0], p.temperature
-    probs = np.exp([(v - v0) / temp - lse for v in vals[:kept]])
-    if limit is not None:
-        probs /= np.add.reduce(probs)  # top-p and the draw see the top-k renormalised (probs.sum())
-    cum = list(accumulate(probs.tolist()))  # np.cumsum's sequential sums, bit for bit
+    probs = [exp((v - v0) / temp - lse) for v in vals[:kept]]
+    cum = list(accumulate(probs))  # running sums, left to right
+    if limit is not None:  # top-p and the draw see the top-k renormalised
+        total = cum[-1]
+        if not total > 0.0:  # all underflowed: only with an lse no device returns
+            return None
+        cum = list(accumulate(q / total for q in probs))
     if p.top_p < 1.0:
         reach = bisect_left(cum, p.top_p) + 1  # smallest prefix with mass >= top_p
         if reach > kept:
@@ -126,7 +136,7 @@ def _draw_candidates(vals: list[float], lse: float, p: Processing, u: float) -> 
             reach = kept
         limit = reach
     if p.min_p > 0.0:
-        log_min_p = float(np.log(p.min_p))  # numpy's log, as the whole-row path takes it
+        log_min_p = log(p.min_p)
         passing = sum(1 for v in vals[:kept] if (v - v0) / temp >= log_min_p)  # p_j >= min_p * p_max
         if limit is None and passing == kept:
             return None  # the next token might pass too
@@ -166,14 +176,9 @@ def _draw_row(ids: np.ndarray, vals: np.ndarray, lse: float | None, p: Processin
     return int(ids[min(i, len(cum) - 1)])
 
 
-def candidate_order(ids: np.ndarray, vals: np.ndarray) -> np.ndarray:
-    """The permutation that puts candidates best first by value, ties by token id."""
-    return np.lexsort((ids, -vals))
-
-
 def sort_candidates(ids: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Best first by value, ties by token id."""
-    order = candidate_order(ids, vals)
+    order = np.lexsort((ids, -vals))
     return ids[order], vals[order]
 
 
@@ -185,16 +190,16 @@ class Sampler:
         from ._native import SampleBuffers
 
         self.p = processing
-        self.seed = int(seed)
         self.penalty_last_n = penalty_last_n
         self.slots = min(penalty_last_n, n_vocab) if processing.has_penalties else 0
         self.n_vocab = n_vocab
-        self.io = SampleBuffers(max_rows, temperature=processing.temperature or 1.0,
+        self.io = SampleBuffers(max_rows, temperature=processing.temperature,
                                 repeat_penalty=processing.repeat_penalty,
                                 presence_penalty=processing.presence_penalty,
                                 frequency_penalty=processing.frequency_penalty,
                                 n_candidates=min(n_vocab, max(n_candidates, processing.top_k)),
-                                penalty_slots=self.slots)
+                                penalty_slots=self.slots, top_k=processing.top_k, top_p=processing.top_p,
+                                min_p=processing.min_p, seed=seed)
         self._row = np.empty(n_vocab, np.float32)
         self._windows = TreeWindows(penalty_last_n, max_rows) if self.slots else None
         # The device reads a named token's count only for the frequency penalty (count * frequency
@@ -203,6 +208,15 @@ class Sampler:
         self._counts = self.io.pen_counts if processing.frequency_penalty != 0.0 else None
         if self._counts is None:
             self.io.pen_counts[...] = 1
+
+    @property
+    def seed(self) -> int:
+        """The draws' seed (the native draw's: lb_sampling.seed)."""
+        return self.io.seed
+
+    @seed.setter
+    def seed(self, value: int) -> None:
+        self.io.seed = value
 
     @classmethod
     def for_request(cls, gen, info: dict) -> "Sampler | None":
@@ -249,16 +263,26 @@ class Sampler:
             windows = self._windows.fill(tree, history, np.empty((n, self.penalty_last_n), np.int32))
             fill_counts(windows, self.io.pen_tokens, self._counts)
 
-    def pick(self, row: int, position: int, fetch_row: Callable[[int, np.ndarray], np.ndarray]) -> int:
-        """The token at absolute `position` from output row `row` of the last sampled call."""
-        u = uniform(self.seed, position)
+    def pick(self, row: int, fetch_row: Callable[[int, np.ndarray], np.ndarray]) -> int:
+        """The token drawn for output row `row` of the last sampled call (see chooser)."""
+        token = int(self.io.drawn[row])
+        return token if token >= 0 else self._finish(row, fetch_row)
+
+    def chooser(self, rows: int, fetch_row: Callable[[int, np.ndarray], np.ndarray]) -> Callable[[int], int]:
+        """node -> the token drawn for it, over rows [0, rows) of the last sampled call: the native
+        draw's token, else (-1, rare) the draw finished on the node's whole processed row, fetched
+        with fetch_row(row, out) only for the nodes asked for."""
+        drawn = self.io.drawn[:rows].tolist()
+        if -1 not in drawn:
+            return drawn.__getitem__
+        return lambda row: drawn[row] if drawn[row] >= 0 else self._finish(row, fetch_row)
+
+    def _finish(self, row: int, fetch_row: Callable[[int, np.ndarray], np.ndarray]) -> int:
+        """The draw of a row its candidates did not decide, on its whole processed row, with the
+        uniform the native draw took for it."""
         io = self.io
-        ids, vals = io.cand_ids[row], io.cand_logits[row]
-        order = candidate_order(ids, vals)
-        rank = _draw_candidates(vals[order].tolist(), io.row_lse.item(row), self.p, u)
-        if rank is not None:
-            return int(ids[order[rank]])  # only the drawn id is looked up, not the sorted ids
-        return draw_from_row(fetch_row(row, self._row), ids[order], vals[order], self.p, u)
+        ids, vals = sort_candidates(io.cand_ids[row], io.cand_logits[row])
+        return draw_from_row(fetch_row(row, self._row), ids, vals, self.p, io.uniforms.item(row))
 
 
 def draw_from_row(row: np.ndarray, ids: np.ndarray, vals: np.ndarray, p: Processing, u: float) -> int:

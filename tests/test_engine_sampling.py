@@ -234,7 +234,8 @@ def test_tree_node_distributions_match_transformers(engine, prompt, hf_model, op
         got = []
         for s in range(N_SEEDS):
             sampler.seed = s
-            got.append(sampler.pick(node, len(ctx), h.processed_row))
+            sampler.io.draw([len(contexts[i]) for i in range(node + 1)])  # the verify's draws, for seed s
+            got.append(sampler.pick(node, h.processed_row))
         stat, crit = chi_square_ok(got, want)
         assert stat < crit, (node, stat, crit)
     engine.reset()

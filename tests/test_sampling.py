@@ -138,8 +138,8 @@ def test_ties_break_by_token_id():
 
 
 def test_sampler_pick_draws_what_draw_draws():
-    """Sampler.pick reads the device buffers (candidates unordered, ties included) and looks up only
-    the drawn id: the same token as draw() on the sorted candidates, the whole row when needed."""
+    """Sampler.pick reads the device buffers (candidates unordered, ties included; the native draw's
+    tokens): the same token as draw() on the sorted candidates, the whole row when needed."""
     rng = np.random.default_rng(11)
     n_fetched = 0
     for trial, p in enumerate(SETTINGS * 3):
@@ -163,7 +163,8 @@ def test_sampler_pick_draws_what_draw_draws():
             want = sampling.draw(sids, svals, float(np.float32(lse)), p, u, complete=False)
             if want is None:
                 want = sampling.draw_from_row(full, sids, svals, p, u)
-            assert s.pick(row, position, fetch_row) == want, (trial, p, position)
+            s.io.draw([position] * (row + 1))  # what a sampled call draws for this row at this position
+            assert s.pick(row, fetch_row) == want, (trial, p, position)
         assert set(fetched) <= {row}
         n_fetched += len(fetched)
     assert n_fetched > 0  # the whole-row path ran too
@@ -255,8 +256,9 @@ def test_prefill_tail_is_the_last_row(handle):
 
 
 @pytest.mark.parametrize("field,value,words", [
-    ("temperature", 0.0, "temperature"), ("repeat_penalty", -1.0, "repeat_penalty"),
+    ("temperature", -1.0, "temperature"), ("repeat_penalty", -1.0, "repeat_penalty"),
     ("n_candidates", 0, "n_candidates"), ("penalty_slots", 5000, "penalty_slots"),
+    ("top_k", -1, "top_k"), ("top_p", 0.0, "top_p"), ("top_p", 1.5, "top_p"), ("min_p", 2.0, "min_p"),
 ])
 def test_bad_sampling_struct_is_a_clear_error(handle, field, value, words):
     p = Processing(temperature=1.0)

@@ -9,6 +9,7 @@ f32 target + bf16 draft and the embedded default pair (engine), and on synthetic
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -164,9 +165,11 @@ def test_default_pair_outputs_are_pinned(default_pair_engine, name):
 
 # --- the candidate draw on Python lists vs the numpy code it replaced ------------------------------
 def numpy_candidate_draw(ids, vals, lse, p: Processing, u: float, edges: list | None = None):
-    """The former draw(..., complete=False), all numpy: the bits the list version must keep.
-    edges: gets the uniforms that land exactly on the draw's cumulative sums, where one bit of
-    difference in those sums changes the token."""
+    """The former draw(..., complete=False), in numpy arrays: the bits the list version must keep.
+    Its exp and log are libm's and its top-k sum runs left to right, as the draw's definition now
+    has them (the native draw calls libm; numpy's SIMD exp differs from it in the last bit of a
+    few percent of values). edges: gets the uniforms that land exactly on the draw's cumulative
+    sums, where one bit of difference in those sums changes the token."""
     n = len(ids)
     if p.temperature == 0.0:
         return int(ids[0]) if vals[0] > vals[-1] else None
@@ -178,9 +181,9 @@ def numpy_candidate_draw(ids, vals, lse, p: Processing, u: float, edges: list | 
     else:
         kept = int(np.count_nonzero(vals > vals[-1]))
     x = (vals[:kept].astype(np.float64) - float(vals[0])) / p.temperature
-    probs = np.exp(x - lse)
+    probs = np.array([math.exp(v) for v in (x - lse).tolist()])
     if limit is not None:
-        probs = probs / probs.sum()
+        probs = probs / np.cumsum(probs)[-1]
     cum = None
     if p.top_p < 1.0:
         cum = np.cumsum(probs)
@@ -191,7 +194,7 @@ def numpy_candidate_draw(ids, vals, lse, p: Processing, u: float, edges: list | 
             reach = len(probs)
         limit = reach
     if p.min_p > 0.0:
-        passing = int(np.count_nonzero(x >= np.log(p.min_p)))
+        passing = int(np.count_nonzero(x >= math.log(p.min_p)))
         if limit is None and passing == len(probs):
             return None
         limit = passing if limit is None else min(limit, passing)

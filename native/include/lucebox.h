@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define LB_ABI_VERSION 4
+#define LB_ABI_VERSION 5
 
 /* status codes */
 #define LB_OK              0
@@ -135,20 +135,29 @@ typedef struct lb_plan_shape {
 } lb_plan_shape;
 
 /*
- * Sampling tail of lb_prefill_sampled / lb_verify_sampled: for each output row the target's
- * logits are processed on the device and reduced to what an exact draw needs (no full row leaves):
+ * Sampling tail of lb_prefill_sampled / lb_verify_sampled / lb_step_sampled: for each output row
+ * the target's logits are processed on the device and reduced to what an exact draw needs (no full
+ * row leaves):
  *   penalties  l' = (l > 0 ? l * (1 / repeat_penalty) : l * repeat_penalty)
  *                   - (count * frequency_penalty + presence_penalty)      for each named (token, count)
  *   outputs    the C best tokens of l' (unordered) with their l', max_v l'_v, and
- *              lse = log sum_v exp((l'_v - max) / temperature) over the whole vocabulary.
- * The host applies top-k / top-p / min-p to the candidates and draws; a draw that reaches past them
- * reads the whole processed row with lb_processed_row.
+ *              lse = log sum_v exp((l'_v - max) / T) over the whole vocabulary (T = temperature,
+ *              or 1 when temperature is 0).
+ * Then, on the host, the row's next token is drawn from its candidates (see lb_sampling_draw): row r
+ * samples the position after its token's (prefill: the last prompt token's; verify: node r's,
+ * P + depth(r)), with the uniform of (seed, that position). drawn[r] is -1 when the draw reaches past
+ * the trusted candidates (those strictly better than the C-th): the caller finishes that draw on the
+ * whole processed row (lb_processed_row) with uniforms[r].
  */
 typedef struct lb_sampling {
-    float temperature;          /* > 0                                                          */
+    double temperature;         /* >= 0; 0 = greedy on l' (the best, lowest id among equals)      */
     float repeat_penalty;       /* > 0; 1 = off                                                 */
     float presence_penalty;     /* 0 = off                                                      */
     float frequency_penalty;    /* 0 = off                                                      */
+    int32_t top_k;              /* >= 0; 0 = off                                                */
+    double top_p;               /* in (0, 1]; 1 = off                                           */
+    double min_p;               /* in [0, 1]; 0 = off                                           */
+    uint64_t seed;              /* the draws' seed                                              */
     int32_t n_candidates;       /* C in [1, n_vocab]                                            */
     int32_t penalty_slots;      /* W in [0, min(1024, n_vocab)]: (token, count) slots per row;
                                    0 = no penalty stage (then pen_* may be NULL)               */
@@ -159,6 +168,8 @@ typedef struct lb_sampling {
     float * cand_logits;        /* out [rows * C]: processed logits l' of cand_ids              */
     float * row_max;            /* out [rows]                                                   */
     float * row_lse;            /* out [rows]                                                   */
+    int32_t * drawn;            /* out [rows]: the drawn token, or -1: draw on the whole row     */
+    double * uniforms;          /* out [rows]: the uniform in [0, 1) each row's draw used        */
     int64_t rows_cap;           /* rows the outputs hold                                        */
 } lb_sampling;
 
@@ -271,6 +282,18 @@ LB_API int32_t lb_step_sampled(lb_engine * e, int32_t tok, int32_t * out_next, c
  * out[n_vocab]. Valid until the next call that runs a forward, commits or resets (LB_E_STATE after).
  */
 LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t cap);
+
+/*
+ * The draw the sampled calls run after their forward, on rows [0, rows) of s's candidate buffers
+ * as they stand (cand_ids, cand_logits, row_lse are read, not written): row r's token at position
+ * positions[r] (the position it is drawn for) into drawn[r] (-1: needs the whole row), its uniform
+ * into uniforms[r]. No engine: tests hold it to the Python reference on any candidates, and a
+ * caller can draw again with another seed. Candidates best first by l', ties by token id; with
+ * T = temperature, p_j = exp((l'_j - l'_0) / T - lse) over the trusted candidates; top-k
+ * renormalises its k; top-p keeps the smallest prefix of mass >= top_p; min-p keeps
+ * p_j >= min_p * p_0; the draw takes the first j whose running sum exceeds u (times the kept mass).
+ */
+LB_API int32_t lb_sampling_draw(const lb_sampling * s, int32_t rows, const int64_t * positions);
 
 /*
  * Snapshots of the committed state, for prefix reuse across requests (a server's turns).

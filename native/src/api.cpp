@@ -7,6 +7,7 @@
 #include "error.hpp"
 #include "load_params.hpp"
 #include "memory_plan.hpp"
+#include "sample_draw.hpp"
 #include "lucebox.h"
 
 namespace {
@@ -166,6 +167,15 @@ LB_API int32_t lb_step_sampled(lb_engine * e, int32_t tok, int32_t * out_next, c
 LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t cap) {
     LB_NEED_ENGINE(e, "lb_processed_row");
     return guarded([&] { e->processed_row(row, out, cap); });
+}
+
+LB_API int32_t lb_sampling_draw(const lb_sampling * s, int32_t rows, const int64_t * positions) {
+    if (!s || !positions) return fail(LB_E_INVALID_ARG, "lb_sampling_draw: s and positions must not be NULL");
+    return guarded([&] {
+        lb::check(rows >= 0, LB_E_INVALID_ARG, "lb_sampling_draw: rows = " + std::to_string(rows) + " must be >= 0");
+        lb::check_draw(*s, rows);
+        lb::Drawer().draw(*s, rows, positions);
+    });
 }
 
 LB_API int32_t lb_state_size(const lb_engine * e, int64_t * out_bytes) {

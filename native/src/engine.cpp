@@ -155,8 +155,10 @@ lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::Forwar
                          "lower ubatch or max_tree");
 }
 
-// Computes a forward graph; with `sampling`, uploads the tail's inputs first and reads its
-// outputs after (rows = the graph's output rows), and keeps the graph for processed_row.
+// Computes a forward graph; with `sampling`, uploads the tail's inputs first, reads its outputs
+// after (rows = the graph's last `rows` tokens) and draws each row's next token: the one at the
+// position after the row's token (set_positions_and_slots' positions + 1). Keeps the graph for
+// processed_row.
 void lb_engine::run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, int32_t rows, const char * what) {
     if (sampling) sample_inputs_.upload(g.sample, *sampling, rows, model->hp.n_vocab);
     else if (g.sample.inv_temp) {
@@ -172,6 +174,10 @@ void lb_engine::run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, 
     compute(g.meta.gf, what);
     if (!sampling) return;
     lb::SampleInputs::download(g.sample, *sampling, rows);
+    draw_pos_host_.resize(size_t(rows));
+    const int32_t first = g.shape.n_tokens - rows;
+    for (int32_t r = 0; r < rows; ++r) draw_pos_host_[size_t(r)] = int64_t(pos_host_[size_t(first + r)]) + 1;
+    drawer_.draw(*sampling, rows, draw_pos_host_.data());
     sampled_graph_ = &g;
     sampled_rows_ = rows;
 }

@@ -34,6 +34,7 @@
 #include "ggml-alloc.h"
 #include "gguf_target.hpp"
 #include "lucebox.h"
+#include "sample_draw.hpp"
 #include "target_graph.hpp"
 
 namespace lb {
@@ -116,10 +117,12 @@ private:
     lb::ForwardGraph * sampled_graph_ = nullptr;
     int32_t sampled_rows_ = 0;
     lb::SampleInputs sample_inputs_;
+    lb::Drawer drawer_;
 
     // host staging for graph inputs, reused by every call
     std::vector<int32_t> pos_host_;
     std::vector<int64_t> kv_idx_host_;
+    std::vector<int64_t> draw_pos_host_;
     std::vector<uint16_t> mask_host_;
     std::vector<int32_t> depth_host_;
     std::vector<int32_t> i32_host_;

@@ -7,6 +7,7 @@
 
 #include "engine.hpp"
 #include "error.hpp"
+#include "sample_draw.hpp"
 
 namespace lb {
 
@@ -77,21 +78,15 @@ SampleTail build_sample_tail(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor *
 
 void SampleInputs::check(const lb_sampling & s, int32_t rows, int32_t n_vocab) const {
     const auto finite = [](float x) { return std::isfinite(x); };
-    check_arg(finite(s.temperature) && s.temperature > 0.0f,
-              "lb_sampling.temperature must be finite and > 0 (greedy decoding uses the plain calls)");
+    check_draw(s, rows);
     check_arg(finite(s.repeat_penalty) && s.repeat_penalty > 0.0f, "lb_sampling.repeat_penalty must be finite and > 0");
     check_arg(finite(s.presence_penalty) && finite(s.frequency_penalty),
               "lb_sampling.presence_penalty and frequency_penalty must be finite");
-    check_arg(s.n_candidates >= 1 && s.n_candidates <= n_vocab,
-              "lb_sampling.n_candidates = " + std::to_string(s.n_candidates) + " must be in [1, n_vocab = " +
-                  std::to_string(n_vocab) + "]");
+    check_arg(s.n_candidates <= n_vocab, "lb_sampling.n_candidates = " + std::to_string(s.n_candidates) +
+                                             " must be in [1, n_vocab = " + std::to_string(n_vocab) + "]");
     check_arg(s.penalty_slots >= 0 && s.penalty_slots <= std::min(kMaxPenaltySlots, n_vocab),
               "lb_sampling.penalty_slots = " + std::to_string(s.penalty_slots) + " must be in [0, " +
                   std::to_string(std::min(kMaxPenaltySlots, n_vocab)) + "]");
-    check_arg(s.cand_ids && s.cand_logits && s.row_max && s.row_lse,
-              "lb_sampling: cand_ids, cand_logits, row_max and row_lse must not be NULL");
-    check_arg(s.rows_cap >= rows, "lb_sampling.rows_cap = " + std::to_string(s.rows_cap) + " but this call returns " +
-                                      std::to_string(rows) + " rows");
     if (s.penalty_slots == 0) return;
     check_arg(s.pen_tokens && s.pen_counts, "lb_sampling: pen_tokens and pen_counts must not be NULL when penalty_slots > 0");
     for (int64_t i = 0; i < int64_t(rows) * s.penalty_slots; ++i) {
@@ -107,7 +102,8 @@ void SampleInputs::check(const lb_sampling & s, int32_t rows, int32_t n_vocab) c
 }
 
 void SampleInputs::upload(const SampleTail & t, const lb_sampling & s, int32_t rows, int32_t n_vocab) {
-    const float inv_temp = 1.0f / s.temperature;
+    // float32 1/T of T rounded to float32 (greedy: T = 1, for an lse its draw never reads)
+    const float inv_temp = s.temperature > 0.0 ? 1.0f / float(s.temperature) : 1.0f;
     set_graph_input(t.inv_temp, &inv_temp, sizeof(float));
     const int32_t W = t.pen_slots;
     if (W == 0) return;

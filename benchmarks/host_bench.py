@@ -14,7 +14,7 @@ the whole-row draws the native draw leaves, the emit bookkeeping). Reported per 
   --rounds medians, since a shared machine's noise only adds time);
 - live us: median host_s of the real run (caches cold after each native call; noisier);
 - numpy calls: calls of numpy functions or ufuncs (np.X(...), np.X.accumulate(...), counted through a
-  stand-in for `np` in decode/ddtree/sampling/penalty_window) and of ndarray methods (a.tolist(),
+  stand-in for `np` in decode/ddtree/sampling) and of ndarray methods (a.tolist(),
   counted by cProfile) that those modules make; numpy's internal calls are not counted again, and
   neither are operators or indexing on arrays (a + b, a[i]: nothing hooks them);
 - profiled calls: every call cProfile sees in the replayed step (Python functions and C functions);
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
-from lucebox import ddtree, decode, penalty_window, sampling
+from lucebox import ddtree, decode, sampling
 from lucebox._native import Handle
 from lucebox.config import GenerationConfig
 from lucebox.decode import Step
@@ -44,7 +44,7 @@ from lucebox.sampling import Sampler
 from lucebox.tokenizer import Tokenizer
 
 PROMPT = Path(__file__).resolve().parents[1] / "lucebox" / "prompts" / "gsm8k.jsonl"
-HOST_MODULES = (decode, ddtree, sampling, penalty_window)
+HOST_MODULES = (decode, ddtree, sampling)
 HOST_FILES = tuple(Path(m.__file__).name for m in HOST_MODULES)
 MODES = {
     "greedy": {},
@@ -133,7 +133,7 @@ def record(h: Handle, info: dict, prompt: list[int], gen: GenerationConfig, step
         if sampler is None:
             last = h.prefill(prompt)
         else:
-            sampler.set_window(0, prompt)
+            sampler.set_history([])
             h.prefill_sampled(prompt, sampler.io)
             last = sampler.pick(0, h.processed_row)
         rec = Recorder(h, NativeDrafter(h, info["block_size"]))

@@ -220,7 +220,7 @@ def main() -> None:
             # what lb_memory_plan predicts for this run's largest calls (no sampling tail when greedy)
             plan = memory_plan(args.target, args.draft, verify_nodes=args.budget + 1, draft_top_k=args.draft_top_k,
                                n_candidates=32 if args.temperature > 0 else 0,
-                               penalty_slots=64 if args.repeat_penalty != 1.0 else 0, **opts)
+                               penalty_last_n=64 if args.repeat_penalty != 1.0 else 0, **opts)
             h = Handle(args.target, args.draft, batch_invariant=invariant, **opts)
             gen = GenerationConfig(budget=args.budget, draft_top_k=args.draft_top_k, temperature=args.temperature,
                                    repeat_penalty=args.repeat_penalty, seed=0,

@@ -81,7 +81,7 @@ class Memory(_Record):
 
 # typedef struct lb_plan_shape { ... } lb_plan_shape;
 class PlanShape(ctypes.Structure):
-    _fields_ = _fields(ctypes.c_int32, "verify_nodes", "draft_top_k", "n_candidates", "penalty_slots")
+    _fields_ = _fields(ctypes.c_int32, "verify_nodes", "draft_top_k", "n_candidates", "penalty_last_n")
 
 
 # typedef struct lb_sampling { ... } lb_sampling;
@@ -91,8 +91,10 @@ class Sampling(ctypes.Structure):
                 + _fields(ctypes.c_int32, "top_k")
                 + _fields(ctypes.c_double, "top_p", "min_p")
                 + _fields(ctypes.c_uint64, "seed")
-                + _fields(ctypes.c_int32, "n_candidates", "penalty_slots")
-                + _fields(_i32p, "pen_tokens", "pen_counts", "cand_ids")
+                + _fields(ctypes.c_int32, "n_candidates", "penalty_last_n")
+                + _fields(_i32p, "history")
+                + _fields(ctypes.c_int64, "n_history")
+                + _fields(_i32p, "cand_ids")
                 + _fields(_f32p, "cand_logits", "row_max", "row_lse")
                 + _fields(_i32p, "drawn")
                 + _fields(_f64p, "uniforms")
@@ -271,10 +273,10 @@ def _params(target_path, draft_path=None, *, max_ctx=4096, kv_type="f16", device
 
 
 def memory_plan(target_path, draft_path=None, *, verify_nodes: int, draft_top_k: int, n_candidates: int = 0,
-                penalty_slots: int = 0, **params) -> dict:
+                penalty_last_n: int = 0, **params) -> dict:
     """What lb_load would hold at most, by part (lb_memory_plan); `params` as Handle's."""
     shape = PlanShape(_i32_param("verify_nodes", verify_nodes), _i32_param("draft_top_k", draft_top_k),
-                      _i32_param("n_candidates", n_candidates), _i32_param("penalty_slots", penalty_slots))
+                      _i32_param("n_candidates", n_candidates), _i32_param("penalty_last_n", penalty_last_n))
     out = Memory()
     p = _params(target_path, draft_path, **params)
     _check(lib().lb_memory_plan(ctypes.byref(p), ctypes.byref(shape), ctypes.byref(out)))
@@ -461,17 +463,16 @@ class Handle:
 class SampleBuffers:
     """The lb_sampling of one request: its processing settings, seed and buffers for up to `max_rows` rows.
 
-    Fill `pen_tokens[:rows]` / `pen_counts[:rows]` (-1 = empty slot) before a sampled call; the
-    outputs land in cand_ids, cand_logits, row_max, row_lse, and the native draw's in drawn (the
+    Before a sampled call, set_history() gives the tokens before it (the penalty windows' start);
+    the outputs land in cand_ids, cand_logits, row_max, row_lse, and the native draw's in drawn (the
     token, or -1: draw on the whole processed row) and uniforms.
     """
 
     def __init__(self, max_rows: int, *, temperature: float, repeat_penalty: float, presence_penalty: float,
-                 frequency_penalty: float, n_candidates: int, penalty_slots: int, top_k: int = 0, top_p: float = 1.0,
+                 frequency_penalty: float, n_candidates: int, penalty_last_n: int, top_k: int = 0, top_p: float = 1.0,
                  min_p: float = 0.0, seed: int = 0):
         self.max_rows = max_rows
-        self.pen_tokens = np.full((max_rows, max(penalty_slots, 1)), -1, np.int32)
-        self.pen_counts = np.zeros((max_rows, max(penalty_slots, 1)), np.int32)
+        self.history = np.zeros(max(penalty_last_n - 1, 1), np.int32)  # the last N - 1 are all a window reads
         self.cand_ids = np.zeros((max_rows, n_candidates), np.int32)
         self.cand_logits = np.zeros((max_rows, n_candidates), np.float32)
         self.row_max = np.zeros(max_rows, np.float32)
@@ -483,9 +484,8 @@ class SampleBuffers:
         s.presence_penalty, s.frequency_penalty = presence_penalty, frequency_penalty
         s.top_k, s.top_p, s.min_p = top_k, top_p, min_p
         self.seed = seed
-        s.n_candidates, s.penalty_slots = n_candidates, penalty_slots
-        s.pen_tokens = _i32(self.pen_tokens)
-        s.pen_counts = _i32(self.pen_counts)
+        s.n_candidates, s.penalty_last_n = n_candidates, penalty_last_n
+        s.history = _i32(self.history)
         s.cand_ids = _i32(self.cand_ids)
         s.cand_logits = self.cand_logits.ctypes.data_as(_f32p)
         s.row_max = self.row_max.ctypes.data_as(_f32p)
@@ -493,6 +493,14 @@ class SampleBuffers:
         s.drawn = _i32(self.drawn)
         s.uniforms = self.uniforms.ctypes.data_as(_f64p)
         s.rows_cap = max_rows
+
+    def set_history(self, tokens) -> None:
+        """The tokens before the next sampled call's first one (a list, oldest first): its last
+        penalty_last_n - 1 start every row's penalty window."""
+        n = min(len(tokens), self._struct.penalty_last_n - 1)
+        if n > 0:
+            self.history[:n] = tokens[len(tokens) - n:]
+        self._struct.n_history = max(n, 0)
 
     @property
     def seed(self) -> int:

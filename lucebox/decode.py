@@ -61,7 +61,7 @@ class Step:
         n = len(tree.tokens)
         argmax = self._argmax[:n]
         if self.sampler is not None:
-            self._set_windows(tree, history)
+            self.sampler.set_history(history)  # the verify builds each node's penalty window from it
         t2 = time.perf_counter()
         if self.sampler is None:
             self.h.verify(tree.tokens, tree.parents, argmax)
@@ -94,14 +94,9 @@ class Step:
             nxt = self.h.step(last)
             return StepResult([last], nxt, nxt, verify_s=time.perf_counter() - t0)
         s = self.sampler
-        s.set_window(0, history[-s.penalty_last_n:] + [last])
+        s.set_history(history)
         t1 = time.perf_counter()
         argmax = self.h.step_sampled(last, s.io)
         t2 = time.perf_counter()
         nxt = s.pick(0, self.h.processed_row)
         return StepResult([last], nxt, argmax, verify_s=t2 - t1, host_s=(t1 - t0) + time.perf_counter() - t2)
-
-    def _set_windows(self, tree: ddtree.Tree, history: list[int]) -> None:
-        """Each node's penalty window: the committed tokens, then the node's own ancestors and itself
-        (not its flat predecessors in the tree)."""
-        self.sampler.set_tree_windows(tree, history)

@@ -222,7 +222,7 @@ class Engine:
         if new.size and sampler is None:
             self._pending = first = self._h().prefill(new)
         elif new.size:
-            sampler.set_window(0, ids)
+            sampler.set_history(ids[:len(ids) - new.size])
             self._pending = self._h().prefill_sampled(new, sampler.io)
             first = sampler.pick(0, self._h().processed_row)
         if progress is not None and len(ids) > n_cached:

@@ -108,7 +108,7 @@ class _Planner:
                 c.target, c.draft, max_ctx=ctx, type_k=pair[0], type_v=pair[1], device=self.device, ubatch=ubatch,
                 max_tree=c.max_tree, draft_window=c.draft_window, draft_weights=c.draft_weights,
                 verify_nodes=min(c.max_tree, ctx),
-                draft_top_k=DEFAULT_DRAFT_TOP_K, n_candidates=SAMPLING_CANDIDATES, penalty_slots=PENALTY_LAST_N)
+                draft_top_k=DEFAULT_DRAFT_TOP_K, n_candidates=SAMPLING_CANDIDATES, penalty_last_n=PENALTY_LAST_N)
             self._sizes[key]["reserve"] = CUDA_RESERVE_BYTES if self.device >= 0 else 0
         return self._sizes[key]
 

@@ -31,8 +31,6 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from .penalty_window import TreeWindows, dedupe_rows, fill_counts
-
 _MASK64 = (1 << 64) - 1
 _GOLDEN = 0x9E3779B97F4A7C15
 
@@ -190,24 +188,16 @@ class Sampler:
         from ._native import SampleBuffers
 
         self.p = processing
-        self.penalty_last_n = penalty_last_n
-        self.slots = min(penalty_last_n, n_vocab) if processing.has_penalties else 0
-        self.n_vocab = n_vocab
+        # the penalty windows are built natively from the history each call is given (no penalty: none)
+        self.penalty_last_n = penalty_last_n if processing.has_penalties else 0
         self.io = SampleBuffers(max_rows, temperature=processing.temperature,
                                 repeat_penalty=processing.repeat_penalty,
                                 presence_penalty=processing.presence_penalty,
                                 frequency_penalty=processing.frequency_penalty,
                                 n_candidates=min(n_vocab, max(n_candidates, processing.top_k)),
-                                penalty_slots=self.slots, top_k=processing.top_k, top_p=processing.top_p,
+                                penalty_last_n=self.penalty_last_n, top_k=processing.top_k, top_p=processing.top_p,
                                 min_p=processing.min_p, seed=seed)
         self._row = np.empty(n_vocab, np.float32)
-        self._windows = TreeWindows(penalty_last_n, max_rows) if self.slots else None
-        # The device reads a named token's count only for the frequency penalty (count * frequency
-        # + presence, so with frequency 0 any count gives the same bits): without one, every count
-        # stays 1 (named tokens need >= 1) and the windows skip counting.
-        self._counts = self.io.pen_counts if processing.frequency_penalty != 0.0 else None
-        if self._counts is None:
-            self.io.pen_counts[...] = 1
 
     @property
     def seed(self) -> int:
@@ -231,37 +221,11 @@ class Sampler:
         return cls(processing, seed, n_candidates=SAMPLING_CANDIDATES, penalty_last_n=PENALTY_LAST_N,
                    max_rows=info["max_tree"], n_vocab=info["n_vocab"])
 
-    def set_window(self, row: int, window: Sequence[int]) -> None:
-        """Row `row`'s penalty window: the last penalty_last_n tokens before the sampled position."""
-        if not self.slots:
-            return
-        last_n = self.penalty_last_n
-        tail = window[-last_n:]
-        counts = None if self._counts is None else self._counts[row:row + 1]
-        if self.slots == last_n:  # one slot per window token: the row is the window, deduplicated
-            out = self.io.pen_tokens[row:row + 1]
-            pad = last_n - len(tail)
-            if pad:
-                out[0, :pad] = -1
-            if len(tail):
-                out[0, pad:] = tail
-            dedupe_rows(out, counts)
-        else:
-            fill_counts(np.asarray(tail, np.int32).reshape(1, -1), self.io.pen_tokens[row:row + 1], counts)
-
-    def set_tree_windows(self, tree, history: Sequence[int]) -> None:
-        """Every node's penalty window: the committed `history`, then the node's ancestors and
-        itself (penalty_window.TreeWindows), all rows in one pass."""
-        if not self.slots:
-            return
-        n = tree.n_nodes
-        counts = None if self._counts is None else self._counts[:n]
-        if self.slots == self.penalty_last_n:  # the windows land in the device rows and are deduplicated there
-            rows = self._windows.fill(tree, history, self.io.pen_tokens[:n])
-            dedupe_rows(rows, counts)
-        else:
-            windows = self._windows.fill(tree, history, np.empty((n, self.penalty_last_n), np.int32))
-            fill_counts(windows, self.io.pen_tokens, self._counts)
+    def set_history(self, history: Sequence[int]) -> None:
+        """The tokens before the next sampled call's first token (the committed ones): each row's
+        penalty window is their tail, then the call's tokens on the row's path (built natively)."""
+        if self.penalty_last_n:
+            self.io.set_history(history)
 
     def pick(self, row: int, fetch_row: Callable[[int, np.ndarray], np.ndarray]) -> int:
         """The token drawn for output row `row` of the last sampled call (see chooser)."""

@@ -347,3 +347,22 @@ def test_full_size_draft_walks_down_whole_chain():
     am[:15] = ids[:, 0]
     path, bonus = ddtree.walk(tree, am)
     assert path.tolist() == list(range(16)) and bonus == 5000
+
+
+def test_tree_from_parents_tells_preorder():
+    assert ddtree.tree_from_parents([5, 6, 7, 8], [-1, 0, 1, 0]).preorder
+    assert ddtree.tree_from_parents([5, 6, 7, 8], [-1, 0, 1, 1]).preorder
+    assert not ddtree.tree_from_parents([5, 6, 7, 8], [-1, 0, 0, 1]).preorder  # 3's parent is 1, after 2
+    assert ddtree.tree_from_parents([5], [-1]).preorder
+    # a preorder-only method on a tree in another order would be wrong: check the flag's meaning
+    rng = np.random.default_rng(3)
+    for _ in range(200):
+        n = int(rng.integers(1, 12))
+        par = [-1] + [int(rng.integers(0, i)) for i in range(1, n)]
+        tree = ddtree.tree_from_parents(rng.integers(0, 5, n).tolist(), par)
+        order, stack = [], [0]  # DFS from the root, children in index order
+        while stack:
+            i = stack.pop()
+            order.append(i)
+            stack.extend(reversed([j for j in range(len(par)) if par[j] == i]))
+        assert tree.preorder == (order == list(range(len(par))))

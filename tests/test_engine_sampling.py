@@ -16,12 +16,10 @@ import pytest
 import torch
 
 import tiny_models
-from lucebox import sampling
 from lucebox.config import PENALTY_LAST_N, GenerationConfig
-from lucebox.decode import Step
 from lucebox.drafters import ScriptedDrafter
 from lucebox.engine import Engine
-from lucebox.sampling import Processing, Sampler
+from lucebox.sampling import Sampler
 from test_sampling import reference_probs
 
 DEVICE = "cuda" if os.environ.get("LUCEBOX_TEST_BACKEND") == "cuda" else "cpu"
@@ -131,12 +129,16 @@ class ShiftedDrafter:
         return ids, logp
 
 
-def flat_windows(self, tree, history):
-    """The wrong rule: every node sees all nodes before it in flat order."""
-    s = self.sampler
-    toks = tree.tokens.tolist()
-    for i in range(len(toks)):
-        s.set_window(i, (history + toks[:i + 1])[-s.penalty_last_n:])
+def chain_seen_too(drafter):
+    """A wrong rule for Sampler.set_history: every node also sees the tree's top-1 chain (the
+    draft's rank-0 tokens), which sits before the accepted off-chain path in flat order but is not
+    among its ancestors (the verify adds each node's own root path after these tokens)."""
+    right = Sampler.set_history
+
+    def set_history(self, history):
+        ids, _ = drafter.propose(None, len(history), 2)
+        right(self, list(history) + ids[:, 0].tolist())
+    return set_history
 
 
 def test_penalties_see_ancestors_not_flat_predecessors(engine, prompt, monkeypatch):
@@ -148,21 +150,31 @@ def test_penalties_see_ancestors_not_flat_predecessors(engine, prompt, monkeypat
     g = run()
     assert g.tokens == ar.tokens
     assert g.stats.al_mean > 2  # paths off the top-1 chain were accepted
-    monkeypatch.setattr(Step, "_set_windows", flat_windows)
+    monkeypatch.setattr(Sampler, "set_history", chain_seen_too(drafter))
     assert run().tokens != ar.tokens  # the test tells the two rules apart
 
 
 def test_node_windows_are_history_plus_ancestors(engine):
-    from lucebox import ddtree
-
-    tree = ddtree.tree_from_parents([9, 1, 2, 3, 4], [-1, 0, 0, 2, 1])
+    """The tokens the verify penalises for each node (where its processed row differs from the raw
+    logits, under a presence penalty alone) are its window: the history's tail, then its root path."""
+    tokens = np.array([9, 1, 2, 3, 4], np.int32)
+    parents = np.array([-1, 0, 0, 2, 1], np.int32)
+    history = [70, 71, 72, 73, 74]
+    h, n_vocab = engine._h(), engine.info["n_vocab"]
+    engine.reset()
+    h.prefill(np.asarray(history, np.int32))
+    raw = np.zeros((tokens.size, n_vocab), np.float32)
+    h.verify(tokens, parents, np.zeros(tokens.size, np.int32), raw)
+    engine.reset()
+    h.prefill(np.asarray(history, np.int32))
     gen = GenerationConfig(temperature=1.0, presence_penalty=1.0)
-    sampler = Sampler(gen.processing(), 0, n_candidates=8, penalty_last_n=4, max_rows=8,
-                      n_vocab=engine.info["n_vocab"])
-    step = Step(engine._h(), engine.info, "ddtree", None, gen, sampler)
-    step._set_windows(tree, [70, 71, 72, 73, 74])
-    rows = [sorted(t for t in sampler.io.pen_tokens[i].tolist() if t >= 0) for i in range(5)]
+    sampler = Sampler(gen.processing(), 0, n_candidates=8, penalty_last_n=4, max_rows=8, n_vocab=n_vocab)
+    sampler.set_history(history)
+    h.verify_sampled(tokens, parents, np.zeros(tokens.size, np.int32), sampler.io)
+    row = np.empty(n_vocab, np.float32)
+    rows = [np.flatnonzero(h.processed_row(i, row) != raw[i]).tolist() for i in range(tokens.size)]
     assert rows == [[9, 72, 73, 74], [1, 9, 73, 74], [2, 9, 73, 74], [2, 3, 9, 74], [1, 4, 9, 74]]
+    engine.reset()
 
 
 # --- the distribution --------------------------------------------------------------------------------
@@ -225,8 +237,7 @@ def test_tree_node_distributions_match_transformers(engine, prompt, hf_model, op
     for i in range(1, tokens.size):
         paths[i] = paths[int(parents[i])] + [int(tokens[i])]
     contexts = {i: prompt[:-1] + paths[i] for i in paths}
-    for i, ctx in contexts.items():
-        sampler.set_window(i, ctx[-PENALTY_LAST_N:])
+    sampler.set_history(prompt[:-1])  # node i's window: the tail of contexts[i]
     h.verify_sampled(tokens, parents, np.zeros(tokens.size, np.int32), sampler.io)
     for node in (0, 1, 4, 5):
         ctx = contexts[node]

@@ -31,7 +31,7 @@ def tokens(n: int, seed: int) -> np.ndarray:
 
 def sampled(rows: int) -> SampleBuffers:
     return SampleBuffers(rows, temperature=1.0, repeat_penalty=1.1, presence_penalty=0.0, frequency_penalty=0.0,
-                         n_candidates=SAMPLING_CANDIDATES, penalty_slots=PENALTY_LAST_N)
+                         n_candidates=SAMPLING_CANDIDATES, penalty_last_n=PENALTY_LAST_N)
 
 
 def run_every_call_at_full_depth(h: Handle, max_ctx: int, ubatch: int, nodes: int, block: int) -> None:
@@ -79,7 +79,7 @@ def test_plan_equals_what_the_engine_allocates(tiny_pair, kv, window, weights):
     opts = dict(max_ctx=max_ctx, type_k=kv[0], type_v=kv[1], device=DEV, ubatch=ubatch, max_tree=32,
                 draft_window=window, draft_weights=weights)
     plan = native_plan(target, draft, verify_nodes=nodes, draft_top_k=8, n_candidates=SAMPLING_CANDIDATES,
-                       penalty_slots=PENALTY_LAST_N, **opts)
+                       penalty_last_n=PENALTY_LAST_N, **opts)
     with Handle(target, draft, n_threads=1, **opts) as h:
         loaded = h.memory()
         assert {k: v for k, v in loaded.items() if k != "compute"} == {k: v for k, v in plan.items() if k != "compute"}
@@ -137,7 +137,7 @@ def test_auto_takes_the_largest_context_that_fits(tiny_pair):
     assert (plan.type_k, plan.type_v) == ("q4_0", "q4_0")  # f16 and q8_0 cannot reach the trained 8192
     bigger = native_plan(tiny_pair[0], tiny_pair[1], max_ctx=plan.max_ctx + 256, kv_type="q4_0", device=DEV,
                          max_tree=64, verify_nodes=64, draft_top_k=8, n_candidates=SAMPLING_CANDIDATES,
-                         penalty_slots=PENALTY_LAST_N, ubatch=plan.ubatch)
+                         penalty_last_n=PENALTY_LAST_N, ubatch=plan.ubatch)
     assert sum(bigger.values()) > plan.budget  # one step more does not fit
     with engine_on(tiny_pair, max_ctx="auto", vram_gb=0.015) as e:
         assert e.info["max_ctx"] == plan.max_ctx and (e.info["type_k"], e.info["type_v"]) == ("q4_0", "q4_0")

@@ -32,7 +32,7 @@ OPTIONS = [Processing(temperature=t, top_k=k, top_p=p, min_p=m)
 
 def buffers(rows: int, p: Processing, n_cand: int, seed: int) -> SampleBuffers:
     return SampleBuffers(rows, temperature=p.temperature, repeat_penalty=1.0, presence_penalty=0.0,
-                         frequency_penalty=0.0, n_candidates=n_cand, penalty_slots=0, top_k=p.top_k, top_p=p.top_p,
+                         frequency_penalty=0.0, n_candidates=n_cand, penalty_last_n=0, top_k=p.top_k, top_p=p.top_p,
                          min_p=p.min_p, seed=seed)
 
 
@@ -113,7 +113,8 @@ def test_native_draw_at_exact_edges():
 
 def test_uniform_equals_the_reference():
     rng = np.random.default_rng(5)
-    seeds = [0, 1, 2, 2 ** 32 - 1, 2 ** 32, 2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1] + [int(s) for s in rng.integers(0, 2 ** 63, 24)]
+    seeds = ([0, 1, 2, 2 ** 32 - 1, 2 ** 32, 2 ** 63 - 1, 2 ** 63, 2 ** 64 - 1]
+             + [int(s) for s in rng.integers(0, 2 ** 63, 24)])
     positions = ([0, 1, 2, 4095, 2 ** 31 - 1, 2 ** 31, 2 ** 32, 2 ** 53 + 1, 2 ** 62, 2 ** 63 - 1]
                  + [int(q) for q in rng.integers(0, 2 ** 62, 54)])
     for seed in seeds:

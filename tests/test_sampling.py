@@ -189,22 +189,22 @@ def handle(tiny_gguf):
     h.close()
 
 
-def buffers(rows: int, p: Processing, n_cand: int, slots: int) -> SampleBuffers:
+def buffers(rows: int, p: Processing, n_cand: int, last_n: int) -> SampleBuffers:
     return SampleBuffers(rows, temperature=p.temperature or 1.0, repeat_penalty=p.repeat_penalty,
                          presence_penalty=p.presence_penalty, frequency_penalty=p.frequency_penalty,
-                         n_candidates=n_cand, penalty_slots=slots)
+                         n_candidates=n_cand, penalty_last_n=last_n)
 
 
 TREE_TOKENS = np.array([11, 40, 41, 90, 91, 92, 300], np.int32)
 TREE_PARENTS = np.array([-1, 0, 0, 1, 1, 2, 3], np.int32)
 
 
-@pytest.mark.parametrize("p,slots", [
+@pytest.mark.parametrize("p,last_n", [
     (Processing(temperature=1.0), 0),
     (Processing(temperature=0.5, repeat_penalty=1.4, presence_penalty=0.7, frequency_penalty=0.25), 12),
     (Processing(temperature=2.0, repeat_penalty=0.8, presence_penalty=-0.5), 4),
 ], ids=["plain", "penalties", "negative"])
-def test_tail_matches_numpy_on_real_logits(handle, p, slots):
+def test_tail_matches_numpy_on_real_logits(handle, p, last_n):
     n_vocab = handle.info()["n_vocab"]
     prompt = np.arange(20, 52, dtype=np.int32)
     n = TREE_TOKENS.size
@@ -215,18 +215,19 @@ def test_tail_matches_numpy_on_real_logits(handle, p, slots):
     handle.verify(TREE_TOKENS, TREE_PARENTS, argmax, raw)
     handle.reset()
     handle.prefill(prompt)
-    rng = np.random.default_rng(slots)
-    io = buffers(n, p, 16, slots)
-    windows = []
+    rng = np.random.default_rng(last_n)
+    io = buffers(n, p, 16, last_n)
+    # a history that repeats some of the rows' best tokens (counts > 1 where they matter), and
+    # ends in a repeat, so that even the shortest window counts a token twice
+    best = np.argsort(-raw, axis=1)[:, :3].ravel()
+    history = [int(t) for t in rng.choice(np.concatenate([best, rng.integers(0, n_vocab, 6)]), size=20)]
+    history += [int(best[0]), int(best[1]), int(best[0])]
+    io.set_history(history)
+    paths = []
     for r in range(n):
-        best = np.argsort(-raw[r])[:6]
-        toks = list(dict.fromkeys(int(t) for t in rng.choice(np.concatenate([best, rng.integers(0, n_vocab, 6)]),
-                                                             size=slots)))[:slots] if slots else []
-        counts = {t: int(rng.integers(1, 4)) for t in toks}
-        windows.append(counts)
-        if slots:
-            io.pen_tokens[r, :len(toks)] = toks
-            io.pen_counts[r, :len(toks)] = [counts[t] for t in toks]
+        paths.append((paths[TREE_PARENTS[r]] if r else []) + [int(TREE_TOKENS[r])])
+    windows = [Counter((history + path)[-last_n:]) if last_n else Counter() for path in paths]
+    assert any(c > 1 for w in windows for c in w.values()) or not last_n
     got_argmax = np.zeros(n, np.int32)
     handle.verify_sampled(TREE_TOKENS, TREE_PARENTS, got_argmax, io)
     np.testing.assert_array_equal(got_argmax, argmax)  # the plain argmax is untouched
@@ -257,7 +258,8 @@ def test_prefill_tail_is_the_last_row(handle):
 
 @pytest.mark.parametrize("field,value,words", [
     ("temperature", -1.0, "temperature"), ("repeat_penalty", -1.0, "repeat_penalty"),
-    ("n_candidates", 0, "n_candidates"), ("penalty_slots", 5000, "penalty_slots"),
+    ("n_candidates", 0, "n_candidates"), ("penalty_last_n", 5000, "penalty_last_n"),
+    ("penalty_last_n", -1, "penalty_last_n"), ("n_history", -1, "n_history"),
     ("top_k", -1, "top_k"), ("top_p", 0.0, "top_p"), ("top_p", 1.5, "top_p"), ("min_p", 2.0, "min_p"),
 ])
 def test_bad_sampling_struct_is_a_clear_error(handle, field, value, words):
@@ -272,16 +274,16 @@ def test_bad_sampling_struct_is_a_clear_error(handle, field, value, words):
     handle.verify(np.array([1], np.int32), np.array([-1], np.int32), np.zeros(1, np.int32))
 
 
-def test_duplicate_penalty_token_and_stale_row_are_errors(handle):
+def test_history_outside_the_vocabulary_and_stale_row_are_errors(handle):
     p = Processing(temperature=1.0, repeat_penalty=1.2)
     io = buffers(1, p, 4, 3)
-    io.pen_tokens[0, :2] = [5, 5]
-    io.pen_counts[0, :2] = [1, 1]
+    n_vocab = handle.info()["n_vocab"]
     handle.reset()
     handle.prefill(np.arange(5, dtype=np.int32))
-    with pytest.raises(NativeError, match="twice"):
+    io.set_history([5, n_vocab])
+    with pytest.raises(NativeError, match=r"history\[1\] = %d is outside the vocabulary" % n_vocab):
         handle.verify_sampled(np.array([1], np.int32), np.array([-1], np.int32), np.zeros(1, np.int32), io)
-    io.pen_tokens[0, 1] = 6
+    io.set_history([-1, 5, 6])  # only the last penalty_last_n - 1 are read
     handle.verify_sampled(np.array([1], np.int32), np.array([-1], np.int32), np.zeros(1, np.int32), io)
     row = np.empty(handle.info()["n_vocab"], np.float32)
     handle.processed_row(0, row)

@@ -131,7 +131,7 @@ typedef struct lb_plan_shape {
     int32_t verify_nodes;      /* nodes of the largest lb_verify tree (budget + 1), <= max_tree    */
     int32_t draft_top_k;       /* lb_draft's top_k                                                 */
     int32_t n_candidates;      /* sampled calls' lb_sampling.n_candidates; 0: greedy calls only    */
-    int32_t penalty_slots;     /* sampled calls' lb_sampling.penalty_slots                         */
+    int32_t penalty_last_n;    /* sampled calls' lb_sampling.penalty_last_n                        */
 } lb_plan_shape;
 
 /*
@@ -139,7 +139,11 @@ typedef struct lb_plan_shape {
  * the target's logits are processed on the device and reduced to what an exact draw needs (no full
  * row leaves):
  *   penalties  l' = (l > 0 ? l * (1 / repeat_penalty) : l * repeat_penalty)
- *                   - (count * frequency_penalty + presence_penalty)      for each named (token, count)
+ *                   - (count * frequency_penalty + presence_penalty)
+ *              for each distinct token of the row's penalty window, seen count times there. The
+ *              window of row r is the last penalty_last_n tokens of: history, then this call's
+ *              tokens on the row's path (prefill / step: every token of the call up to the row;
+ *              verify: node r's root path, its ancestors and itself, not its flat predecessors).
  *   outputs    the C best tokens of l' (unordered) with their l', max_v l'_v, and
  *              lse = log sum_v exp((l'_v - max) / T) over the whole vocabulary (T = temperature,
  *              or 1 when temperature is 0).
@@ -159,11 +163,10 @@ typedef struct lb_sampling {
     double min_p;               /* in [0, 1]; 0 = off                                           */
     uint64_t seed;              /* the draws' seed                                              */
     int32_t n_candidates;       /* C in [1, n_vocab]                                            */
-    int32_t penalty_slots;      /* W in [0, min(1024, n_vocab)]: (token, count) slots per row;
-                                   0 = no penalty stage (then pen_* may be NULL)               */
-    const int32_t * pen_tokens; /* [rows * W]: row r's tokens in slots r*W.., -1 = empty; each
-                                   token at most once per row                                   */
-    const int32_t * pen_counts; /* [rows * W]: occurrences of each named token (>= 1)           */
+    int32_t penalty_last_n;     /* N in [0, 1024]: tokens per penalty window; 0 = no penalties */
+    const int32_t * history;    /* [n_history]: the tokens before this call's first one, oldest
+                                   first (the committed tokens; only the last N - 1 are read)   */
+    int64_t n_history;          /* >= 0; history may be NULL when 0 or when N = 0               */
     int32_t * cand_ids;         /* out [rows * C]                                               */
     float * cand_logits;        /* out [rows * C]: processed logits l' of cand_ids              */
     float * row_max;            /* out [rows]                                                   */

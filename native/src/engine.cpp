@@ -155,22 +155,14 @@ lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::Forwar
                          "lower ubatch or max_tree");
 }
 
-// Computes a forward graph; with `sampling`, uploads the tail's inputs first, reads its outputs
-// after (rows = the graph's last `rows` tokens) and draws each row's next token: the one at the
-// position after the row's token (set_positions_and_slots' positions + 1). Keeps the graph for
-// processed_row.
-void lb_engine::run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, int32_t rows, const char * what) {
-    if (sampling) sample_inputs_.upload(g.sample, *sampling, rows, model->hp.n_vocab);
-    else if (g.sample.inv_temp) {
-        // a tail this call does not read: neutral inputs keep its (unused) math finite
-        lb_sampling neutral{};
-        neutral.temperature = 1.0f;
-        neutral.repeat_penalty = 1.0f;
-        std::vector<int32_t> none(size_t(g.sample.pen_slots) * size_t(rows), -1);
-        neutral.pen_tokens = none.data();
-        neutral.pen_counts = none.data();
-        sample_inputs_.upload(g.sample, neutral, rows, model->hp.n_vocab);
-    }
+// Computes a forward graph; with `sampling`, uploads the tail's inputs first (the penalty windows
+// over `call`'s tokens), reads its outputs after (rows = the graph's last `rows` tokens) and draws
+// each row's next token: the one at the position after the row's token (set_positions_and_slots'
+// positions + 1). Keeps the graph for processed_row.
+void lb_engine::run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, const lb::CallTokens & call,
+                            int32_t rows, const char * what) {
+    if (sampling) sample_inputs_.upload(g.sample, *sampling, call, rows, model->hp.n_vocab);
+    else if (g.sample.inv_temp) sample_inputs_.upload_neutral(g.sample, rows, model->hp.n_vocab);
     compute(g.meta.gf, what);
     if (!sampling) return;
     lb::SampleInputs::download(g.sample, *sampling, rows);
@@ -246,11 +238,11 @@ void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, flo
         lb::ForwardShape shape{nc, n_kv_for(nc), false, logits != nullptr, capture_gen_};
         if (sampling) {  // every micro-batch carries the tail (one graph shape); the last one's is read
             shape.n_cand = sampling->n_candidates;
-            shape.pen_slots = sampling->penalty_slots;
+            shape.pen_slots = lb::penalty_slots(*sampling, model->hp.n_vocab);
         }
         lb::ForwardGraph & g = forward_graph(prefill_slot_, shape, "prefill");
         set_chain_inputs(g, toks + off, nc);
-        run_sampled(g, off + nc == n ? sampling : nullptr, 1, "prefill");
+        run_sampled(g, off + nc == n ? sampling : nullptr, {toks, nullptr, n}, 1, "prefill");
         if (logits) {
             ggml_backend_tensor_get(g.logits, logits + int64_t(off) * n_vocab, 0, size_t(nc) * size_t(n_vocab) * sizeof(float));
         }
@@ -273,11 +265,11 @@ void lb_engine::step(int32_t tok, int32_t * out_next, const lb_sampling * sampli
     lb::ForwardShape shape{1, n_kv_for(1), false, false, capture_gen_};
     if (sampling) {
         shape.n_cand = sampling->n_candidates;
-        shape.pen_slots = sampling->penalty_slots;
+        shape.pen_slots = lb::penalty_slots(*sampling, model->hp.n_vocab);
     }
     lb::ForwardGraph & g = forward_graph(step_slot_, shape, "step");
     set_chain_inputs(g, &tok, 1);
-    run_sampled(g, sampling, 1, "step");
+    run_sampled(g, sampling, {&tok, nullptr, 1}, 1, "step");
     ggml_backend_tensor_get(g.argmax, out_next, 0, sizeof(int32_t));
     n_past += 1;
     if (on_commit) on_commit(nullptr, 1);

@@ -136,7 +136,8 @@ private:
                      const char * noun) const;
     void set_positions_and_slots(lb::ForwardGraph & g, int32_t n, const int32_t * depth);
     void set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n);
-    void run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, int32_t rows, const char * what);
+    void run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, const lb::CallTokens & call, int32_t rows,
+                     const char * what);
     void compute(ggml_cgraph * gf, const char * what);
     void load_draft(const std::string & dir, const lb::DraftOptions & options);
 };

@@ -25,7 +25,7 @@ size_t forward_bytes(const TargetModel & m, const TargetCache & c, ForwardShape 
     size_t bytes = plan_graph_bytes(build_forward(m, c, shape)->meta.gf, buft);
     if (s.n_candidates > 0) {
         shape.n_cand = s.n_candidates;
-        shape.pen_slots = s.penalty_slots;
+        shape.pen_slots = std::min(s.penalty_last_n, m.hp.n_vocab);
         bytes = std::max(bytes, plan_graph_bytes(build_forward(m, c, shape)->meta.gf, buft));
     }
     return bytes;
@@ -48,8 +48,8 @@ lb_memory plan_memory(const lb_params & p, const lb_plan_shape & s) {
     check(s.verify_nodes >= 1 && s.verify_nodes <= p.max_tree, LB_E_INVALID_ARG,
           "lb_memory_plan: verify_nodes " + std::to_string(s.verify_nodes) + " is outside [1, max_tree = " +
               std::to_string(p.max_tree) + "]");
-    check(s.draft_top_k >= 1 && s.n_candidates >= 0 && s.penalty_slots >= 0, LB_E_INVALID_ARG,
-          "lb_memory_plan: draft_top_k must be >= 1, n_candidates and penalty_slots >= 0");
+    check(s.draft_top_k >= 1 && s.n_candidates >= 0 && s.penalty_last_n >= 0, LB_E_INVALID_ARG,
+          "lb_memory_plan: draft_top_k must be >= 1, n_candidates and penalty_last_n >= 0");
     const ggml_type type_k = kv_type_from_lb(p.type_k, "type_k"), type_v = kv_type_from_lb(p.type_v, "type_v");
     ggml_backend_dev_t dev = device_of(p.device);
     ggml_backend_buffer_type_t buft = ggml_backend_dev_buffer_type(dev);

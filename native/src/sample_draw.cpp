@@ -24,7 +24,8 @@ void check_arg(bool ok, const std::string & message) { check(ok, LB_E_INVALID_AR
 
 // The rank of the drawn candidate among vals[0..n) (best first), or -1 when the trusted prefix
 // (candidates strictly better than the last, which a tie may hide behind) does not decide it.
-int32_t drawn_rank(const double * vals, int32_t n, double lse, const lb_sampling & s, double u, std::vector<double> & cum) {
+int32_t drawn_rank(const double * vals, int32_t n, double lse, const lb_sampling & s, double u,
+                   std::vector<double> & cum) {
     const double last = vals[n - 1];
     if (s.temperature == 0.0) return vals[0] > last ? 0 : -1;  // greedy on l': the best, lowest id among equals
     int32_t limit = -1;  // length of the kept prefix; -1 = not bounded yet (the whole vocabulary)

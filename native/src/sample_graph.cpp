@@ -13,7 +13,7 @@ namespace lb {
 
 namespace {
 
-constexpr int32_t kMaxPenaltySlots = 1024;
+constexpr int32_t kMaxPenaltyLastN = 1024;
 
 void check_arg(bool ok, const std::string & message) { check(ok, LB_E_INVALID_ARG, message); }
 
@@ -76,6 +76,8 @@ SampleTail build_sample_tail(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor *
     return t;
 }
 
+int32_t penalty_slots(const lb_sampling & s, int32_t n_vocab) { return std::min(s.penalty_last_n, n_vocab); }
+
 void SampleInputs::check(const lb_sampling & s, int32_t rows, int32_t n_vocab) const {
     const auto finite = [](float x) { return std::isfinite(x); };
     check_draw(s, rows);
@@ -84,63 +86,67 @@ void SampleInputs::check(const lb_sampling & s, int32_t rows, int32_t n_vocab) c
               "lb_sampling.presence_penalty and frequency_penalty must be finite");
     check_arg(s.n_candidates <= n_vocab, "lb_sampling.n_candidates = " + std::to_string(s.n_candidates) +
                                              " must be in [1, n_vocab = " + std::to_string(n_vocab) + "]");
-    check_arg(s.penalty_slots >= 0 && s.penalty_slots <= std::min(kMaxPenaltySlots, n_vocab),
-              "lb_sampling.penalty_slots = " + std::to_string(s.penalty_slots) + " must be in [0, " +
-                  std::to_string(std::min(kMaxPenaltySlots, n_vocab)) + "]");
-    if (s.penalty_slots == 0) return;
-    check_arg(s.pen_tokens && s.pen_counts, "lb_sampling: pen_tokens and pen_counts must not be NULL when penalty_slots > 0");
-    for (int64_t i = 0; i < int64_t(rows) * s.penalty_slots; ++i) {
-        const int32_t tok = s.pen_tokens[i];
-        if (tok < -1 || tok >= n_vocab) {
-            throw Error(LB_E_INVALID_ARG, "lb_sampling.pen_tokens[" + std::to_string(i) + "] = " + std::to_string(tok) +
-                                              " is outside [-1, n_vocab)");
-        }
-        if (tok >= 0 && s.pen_counts[i] < 1) {
-            throw Error(LB_E_INVALID_ARG, "lb_sampling.pen_counts[" + std::to_string(i) + "] must be >= 1 for a named token");
+    check_arg(s.penalty_last_n >= 0 && s.penalty_last_n <= kMaxPenaltyLastN,
+              "lb_sampling.penalty_last_n = " + std::to_string(s.penalty_last_n) + " must be in [0, " +
+                  std::to_string(kMaxPenaltyLastN) + "]");
+    if (s.penalty_last_n == 0) return;
+    check_arg(s.n_history >= 0 && (s.history || s.n_history == 0),
+              "lb_sampling: history must hold n_history = " + std::to_string(s.n_history) + " >= 0 tokens");
+    // the windows read at most the last N - 1 history tokens
+    for (int64_t i = std::max<int64_t>(0, s.n_history - (s.penalty_last_n - 1)); i < s.n_history; ++i) {
+        if (s.history[i] < 0 || s.history[i] >= n_vocab) {
+            throw Error(LB_E_INVALID_ARG, "lb_sampling.history[" + std::to_string(i) + "] = " +
+                                              std::to_string(s.history[i]) + " is outside the vocabulary [0, " +
+                                              std::to_string(n_vocab) + ")");
         }
     }
 }
 
-void SampleInputs::upload(const SampleTail & t, const lb_sampling & s, int32_t rows, int32_t n_vocab) {
+void SampleInputs::upload(const SampleTail & t, const lb_sampling & s, const CallTokens & call, int32_t rows,
+                          int32_t n_vocab) {
     // float32 1/T of T rounded to float32 (greedy: T = 1, for an lse its draw never reads)
     const float inv_temp = s.temperature > 0.0 ? 1.0f / float(s.temperature) : 1.0f;
     set_graph_input(t.inv_temp, &inv_temp, sizeof(float));
+    if (t.pen_slots == 0) return;
+    windows_.build(s.history, s.n_history, call, rows, s.penalty_last_n);
+    upload_slots(t, &s, rows, n_vocab);
+}
+
+void SampleInputs::upload_neutral(const SampleTail & t, int32_t rows, int32_t n_vocab) {
+    const float one = 1.0f;
+    set_graph_input(t.inv_temp, &one, sizeof(float));
+    if (t.pen_slots > 0) upload_slots(t, nullptr, rows, n_vocab);
+}
+
+// Row r's W slots: its window's distinct tokens with the penalties' factors, then distinct tokens
+// it does not name with neutral factors (l' = l exactly), so every graph of one shape has W slots.
+void SampleInputs::upload_slots(const SampleTail & t, const lb_sampling * s, int32_t rows, int32_t n_vocab) {
     const int32_t W = t.pen_slots;
-    if (W == 0) return;
     const size_t E = size_t(W) * size_t(rows);
     get_.resize(E);
     set_.resize(E);
     pos_.resize(E);
     neg_.resize(E);
     sub_.resize(E);
-    const float pos = 1.0f / s.repeat_penalty, neg = s.repeat_penalty;
+    const float pos = s ? 1.0f / s->repeat_penalty : 1.0f, neg = s ? s->repeat_penalty : 1.0f;
     for (int32_t r = 0; r < rows; ++r) {
-        const int32_t * toks = s.pen_tokens + size_t(r) * W;
-        const int32_t * counts = s.pen_counts + size_t(r) * W;
-        used_.clear();
-        for (int32_t j = 0; j < W; ++j) {
-            if (toks[j] >= 0) used_.push_back(toks[j]);
-        }
-        std::sort(used_.begin(), used_.end());
-        if (std::adjacent_find(used_.begin(), used_.end()) != used_.end()) {
-            throw Error(LB_E_INVALID_ARG, "lb_sampling.pen_tokens: row " + std::to_string(r) +
-                                              " names a token twice; give each token once with its count");
-        }
-        // empty slots take distinct tokens the row does not name, with neutral factors
-        int32_t next_free = 0;
-        auto u = used_.begin();
+        const int32_t named = s ? windows_.size(r) : 0;
+        const int32_t * toks = s ? windows_.tokens(r) : nullptr;  // ascending
+        const int32_t * counts = s ? windows_.counts(r) : nullptr;
+        int32_t next_free = 0, skip = 0;  // the next token no named one equals; toks[skip] >= it
         for (int32_t j = 0; j < W; ++j) {
             const size_t e = size_t(r) * W + size_t(j);
-            int32_t tok = toks[j];
-            if (tok >= 0) {
+            int32_t tok;
+            if (j < named) {
+                tok = toks[j];
                 pos_[e] = pos;
                 neg_[e] = neg;
-                sub_[e] = float(double(counts[j]) * double(s.frequency_penalty) + double(s.presence_penalty));
+                sub_[e] = float(double(counts[j]) * double(s->frequency_penalty) + double(s->presence_penalty));
             } else {
-                while (u != used_.end() && *u < next_free) ++u;
-                while (u != used_.end() && *u == next_free) {
+                while (skip < named && toks[skip] < next_free) ++skip;
+                while (skip < named && toks[skip] == next_free) {
                     ++next_free;
-                    ++u;
+                    ++skip;
                 }
                 tok = next_free++;
                 pos_[e] = 1.0f;

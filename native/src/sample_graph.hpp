@@ -3,7 +3,8 @@
 // Per output row (a tree node, or the last prompt token) the tail turns the target's logits into
 // what the host needs to draw the next token exactly, without a full-vocabulary row crossing:
 //   1. penalties: the host names, per row, up to W (token, count) pairs (the row's penalty
-//      window); they are gathered from the flat logits, rescaled and scattered back:
+//      window, penalty_window.hpp); they are gathered from the flat logits, rescaled and
+//      scattered back:
 //        l' = (l > 0 ? l * (1/repeat) : l * repeat) - (count * frequency + presence)
 //      Empty slots point at distinct untouched entries with factors 1, 1 and 0 (l' = l exactly),
 //      so every graph of one shape has the same W slots per row.
@@ -18,6 +19,7 @@
 
 #include "ggml.h"
 #include "lucebox.h"
+#include "penalty_window.hpp"
 
 namespace lb {
 
@@ -43,19 +45,29 @@ struct SampleTail {
 SampleTail build_sample_tail(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * logits, int32_t n_cand,
                              int32_t pen_slots);
 
-// Host side of one sampled forward: checks `s` against the graph (throws lb::Error), uploads the
-// penalty slots and 1/T, and after compute copies the outputs into s's buffers.
+// The penalty slots per row of s's sampled calls: min(penalty_last_n, n_vocab), the most distinct
+// tokens a window can hold (0: no penalty stage).
+int32_t penalty_slots(const lb_sampling & s, int32_t n_vocab);
+
+// Host side of one sampled forward: checks `s` (throws lb::Error), uploads 1/T and each row's
+// penalty slots (its window: penalty_window.hpp), and after compute copies the outputs into s's
+// buffers.
 class SampleInputs {
 public:
     void check(const lb_sampling & s, int32_t rows, int32_t n_vocab) const;
-    void upload(const SampleTail & t, const lb_sampling & s, int32_t rows, int32_t n_vocab);
+    // rows: the call's last `rows` tokens
+    void upload(const SampleTail & t, const lb_sampling & s, const CallTokens & call, int32_t rows, int32_t n_vocab);
+    // a tail this call does not read: neutral inputs (T = 1, no penalty) keep its unused math finite
+    void upload_neutral(const SampleTail & t, int32_t rows, int32_t n_vocab);
     static void download(const SampleTail & t, const lb_sampling & s, int32_t rows);
 
 private:
+    PenaltyWindows windows_;
     std::vector<int32_t> get_;
     std::vector<int64_t> set_;
     std::vector<float> pos_, neg_, sub_;
-    std::vector<int32_t> used_;
+
+    void upload_slots(const SampleTail & t, const lb_sampling * s, int32_t rows, int32_t n_vocab);
 };
 
 }  // namespace lb

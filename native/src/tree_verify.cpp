@@ -32,7 +32,7 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
     lb::ForwardShape shape{n, n_kv_for(n), true, true, capture_gen_};
     if (sampling) {
         shape.n_cand = sampling->n_candidates;
-        shape.pen_slots = sampling->penalty_slots;
+        shape.pen_slots = lb::penalty_slots(*sampling, model->hp.n_vocab);
     }
     lb::ForwardGraph & g = forward_graph(verify_slot_, shape, "verify");
     const int32_t n_kv = shape.n_kv;
@@ -61,7 +61,7 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
         }
         lb::set_graph_input(g.mask, mask_host_.data(), mask_host_.size() * sizeof(uint16_t));
     }
-    run_sampled(g, sampling, n, "verify");
+    run_sampled(g, sampling, {toks, parents, n}, n, "verify");
     ggml_backend_tensor_get(g.argmax, out_argmax, 0, size_t(n) * sizeof(int32_t));
     if (logits) ggml_backend_tensor_get(g.logits, logits, 0, size_t(n) * size_t(n_vocab) * sizeof(float));
     verify_parents_.assign(parents, parents + n);

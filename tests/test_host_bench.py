@@ -21,7 +21,8 @@ def test_host_bench_replays_and_counts(tmp_path):
     for r in rows.values():
         assert r["replay_us"] > 0 and r["live_us"] > 0 and r["tokens_per_step"] >= 1
         assert r["numpy_calls_per_step"] >= 1  # the tree's conversions at least
-    # the sampled step makes more numpy calls than the greedy one (windows, draws)
-    assert rows["sampled"]["numpy_calls_per_step"] > rows["greedy"]["numpy_calls_per_step"]
+    # the sampled step's windows and draws are native: about the greedy step's numpy calls (only
+    # a draw the candidates do not decide adds a few, on the whole row)
+    assert rows["sampled"]["numpy_calls_per_step"] <= rows["greedy"]["numpy_calls_per_step"] + 1
     table = [line for line in run.stdout.splitlines() if line.startswith("| ")]
     assert [line.split(" | ")[0] for line in table[1:]] == ["| greedy", "| sampled", "| sampled-t1"]

@@ -4,8 +4,8 @@
 accepts along the target's argmax per node; sampling accepts by sample-and-match: at each node on
 the path the target's token is drawn from its processed distribution (the sampled verify draws one
 for every node, lucebox/sampling.py), the walk moves to the child carrying it, else that token is
-the bonus. AR is the same step with a one-node
-tree (lb_step, with the sampling tail when sampling) and no draft.
+the bonus. AR is the same step with a one-node tree (lb_step, with the sampling tail when sampling)
+and no draft.
 """
 from __future__ import annotations
 

@@ -238,7 +238,7 @@ void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, flo
         lb::ForwardShape shape{nc, n_kv_for(nc), false, logits != nullptr, capture_gen_};
         if (sampling) {  // every micro-batch carries the tail (one graph shape); the last one's is read
             shape.n_cand = sampling->n_candidates;
-            shape.pen_slots = lb::penalty_slots(*sampling, model->hp.n_vocab);
+            shape.pen_slots = lb::penalty_slots(sampling->penalty_last_n, model->hp.n_vocab);
         }
         lb::ForwardGraph & g = forward_graph(prefill_slot_, shape, "prefill");
         set_chain_inputs(g, toks + off, nc);
@@ -265,7 +265,7 @@ void lb_engine::step(int32_t tok, int32_t * out_next, const lb_sampling * sampli
     lb::ForwardShape shape{1, n_kv_for(1), false, false, capture_gen_};
     if (sampling) {
         shape.n_cand = sampling->n_candidates;
-        shape.pen_slots = lb::penalty_slots(*sampling, model->hp.n_vocab);
+        shape.pen_slots = lb::penalty_slots(sampling->penalty_last_n, model->hp.n_vocab);
     }
     lb::ForwardGraph & g = forward_graph(step_slot_, shape, "step");
     set_chain_inputs(g, &tok, 1);

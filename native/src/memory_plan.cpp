@@ -25,7 +25,7 @@ size_t forward_bytes(const TargetModel & m, const TargetCache & c, ForwardShape 
     size_t bytes = plan_graph_bytes(build_forward(m, c, shape)->meta.gf, buft);
     if (s.n_candidates > 0) {
         shape.n_cand = s.n_candidates;
-        shape.pen_slots = std::min(s.penalty_last_n, m.hp.n_vocab);
+        shape.pen_slots = penalty_slots(s.penalty_last_n, m.hp.n_vocab);
         bytes = std::max(bytes, plan_graph_bytes(build_forward(m, c, shape)->meta.gf, buft));
     }
     return bytes;

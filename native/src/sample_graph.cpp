@@ -76,7 +76,7 @@ SampleTail build_sample_tail(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor *
     return t;
 }
 
-int32_t penalty_slots(const lb_sampling & s, int32_t n_vocab) { return std::min(s.penalty_last_n, n_vocab); }
+int32_t penalty_slots(int32_t penalty_last_n, int32_t n_vocab) { return std::min(penalty_last_n, n_vocab); }
 
 void SampleInputs::check(const lb_sampling & s, int32_t rows, int32_t n_vocab) const {
     const auto finite = [](float x) { return std::isfinite(x); };

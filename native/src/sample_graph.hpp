@@ -45,9 +45,9 @@ struct SampleTail {
 SampleTail build_sample_tail(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor * logits, int32_t n_cand,
                              int32_t pen_slots);
 
-// The penalty slots per row of s's sampled calls: min(penalty_last_n, n_vocab), the most distinct
-// tokens a window can hold (0: no penalty stage).
-int32_t penalty_slots(const lb_sampling & s, int32_t n_vocab);
+// The penalty slots per row of sampled calls with windows of penalty_last_n tokens: the most
+// distinct tokens a window can hold (0: no penalty stage).
+int32_t penalty_slots(int32_t penalty_last_n, int32_t n_vocab);
 
 // Host side of one sampled forward: checks `s` (throws lb::Error), uploads 1/T and each row's
 // penalty slots (its window: penalty_window.hpp), and after compute copies the outputs into s's

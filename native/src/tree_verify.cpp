@@ -32,7 +32,7 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
     lb::ForwardShape shape{n, n_kv_for(n), true, true, capture_gen_};
     if (sampling) {
         shape.n_cand = sampling->n_candidates;
-        shape.pen_slots = lb::penalty_slots(*sampling, model->hp.n_vocab);
+        shape.pen_slots = lb::penalty_slots(sampling->penalty_last_n, model->hp.n_vocab);
     }
     lb::ForwardGraph & g = forward_graph(verify_slot_, shape, "verify");
     const int32_t n_kv = shape.n_kv;

@@ -49,7 +49,8 @@ stage_test() {
     # (the lossless engine tests first: a short lease cuts the tail)
     local tests=${LUCEBOX_DEVICE_TESTS:-"tests/test_engine.py tests/test_kv_types.py tests/test_draft_window.py
         tests/test_prefill_chunks.py tests/test_memory_plan.py tests/test_default_pair.py tests/test_engine_sampling.py
-        tests/test_state.py tests/test_sampling.py tests/test_tree_ops.py tests/test_target.py
+        tests/test_state.py tests/test_sampling.py tests/test_sample_draw.py tests/test_penalty_window.py
+        tests/test_tree_ops.py tests/test_target.py
         tests/test_native_errors.py tests/test_draft.py"}
     # shellcheck disable=SC2086
     export LUCEBOX_TEST_CACHE="$WORK/tiny-models"  # the tiny random models, shared with backend_diff
@@ -83,6 +84,10 @@ stage_mulmat() {
     log "batch-invariant flash attention: tree == AR, prefill == one query, vs CPU, timings (attn_check)"
     timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" ${LUCEBOX_ATTN_ARGS-bench} >"$OUT/attn_check.txt" 2>&1 || rc=1
     grep -E "BAD|FAIL|all ok|^\|" "$OUT/attn_check.txt"
+    # the ring an RTX 3090 / 4090 / 5090 takes (99 KiB of shared memory per block), checked here too
+    echo "attn_check with 99 KiB of shared memory per block"
+    GGML_CUDA_INVARIANT_SMEM=101376 timeout 120 "$BUILD/attn_check" >"$OUT/attn_check_99k.txt" 2>&1 || rc=1
+    grep -E "BAD|FAIL|all ok" "$OUT/attn_check_99k.txt"
     return $rc
 }
 

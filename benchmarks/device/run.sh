@@ -67,7 +67,10 @@ stage_kernels() {
     local rc=$?
     # the layer chain again without programmatic dependent launch, for comparison
     GGML_CUDA_PDL=0 "$WORK/lbq_check" chain >>"$OUT/lbq.txt" 2>&1 || rc=1
-    grep -E "FAIL|bench|chain" "$OUT/lbq.txt"
+    # the pipeline an RTX 3090 / 4090 / 5090 takes (99 KiB of shared memory per block)
+    GGML_CUDA_INVARIANT_SMEM=101376 "$WORK/lbq_check" check >"$WORK/lbq_99k.txt" 2>&1 || rc=1
+    sed 's/^/99k: /' "$WORK/lbq_99k.txt" >>"$OUT/lbq.txt"
+    grep -E "FAIL|bench|chain|shared memory" "$OUT/lbq.txt"
     return $rc
 }
 
@@ -79,6 +82,11 @@ stage_mulmat() {
         "$BUILD/mul_mat_check" $mode >"$OUT/mul_mat_check_$mode.txt" 2>&1 || rc=1
         grep -E "FAIL|all ok|FAILED" "$OUT/mul_mat_check_$mode.txt"
     done
+    # the kernels' shallower pipelines, taken where a GPU gives a block 99 KiB (RTX 3090 / 4090 / 5090)
+    echo "mul_mat_check invariant with 99 KiB of shared memory per block"
+    GGML_CUDA_INVARIANT_SMEM=101376 "$BUILD/mul_mat_check" invariant >"$WORK/mul_mat_check_99k.txt" 2>&1 || rc=1
+    sed 's/^/99k: /' "$WORK/mul_mat_check_99k.txt" >>"$OUT/mul_mat_check_invariant.txt"
+    grep -E "FAIL|all ok|FAILED" "$WORK/mul_mat_check_99k.txt"
     "$BUILD/top_k_check" 2>&1 | tee -a "$OUT/mul_mat_check_default.txt" | grep -E "FAIL|all ok" || rc=1
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     log "batch-invariant flash attention: tree == AR, prefill == one query, vs CPU, timings (attn_check)"

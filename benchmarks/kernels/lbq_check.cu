@@ -1,10 +1,12 @@
 // Standalone check of the small-batch K-quant kernels that patch 0006 adds to ggml-cuda
 // (src/ggml-cuda/lbq-kernels.cuh in the materialized tree): results against a CPU dequantize-and-multiply
 // reference, batch invariance (a column computes to the same bits alone and in a batch), and weight
-// bandwidth at decode shapes. Correctness runs with k split 1..3 and the shape's own plan.
+// bandwidth at decode shapes. Correctness runs with k split 1..3 and the shape's own plan; launches of at most
+// 8 columns run both ways (fused: one kernel; separate: prepare_x, gemm, reduce_splits) and must agree bit for bit.
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
+//   lbq_check [check | chain]: the checks only, the layer chains only (default: checks, benches, chains)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -98,13 +100,21 @@ static void dequant_row(Kind k, const uint8_t * row, int64_t kl, float * out) {
 
 struct Dev {
     uint8_t * w = nullptr; float * x = nullptr; float * y = nullptr; __half * xp = nullptr; float * part = nullptr;
+    unsigned int * tickets = nullptr;  // null: the separate kernels only
 };
 
-static int g_n_sm = 132;
+static unsigned int * alloc_tickets() {
+    unsigned int * t; CK(cudaMalloc(&t, lbq::kTicketSlots * sizeof(unsigned int)));
+    CK(cudaMemset(t, 0, lbq::kTicketSlots * sizeof(unsigned int))); return t;
+}
 
-static void run(Kind k, const lbq::Plan & p, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
-    if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(p, d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.part, d.y, m, 0);
-    else lbq::launch<Kind::Q6_K>(p, d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.part, d.y, m, 0);
+static int g_n_sm = 132;
+static size_t g_smem_limit = 0;  // shared memory per block; GGML_CUDA_INVARIANT_SMEM lowers it as in ggml-cuda
+
+static void run(Kind k, const lbq::Plan & p, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes, bool fused) {
+    unsigned int * t = fused ? d.tickets : nullptr;
+    if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(p, d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.part, t, d.y, m, g_smem_limit, 0);
+    else lbq::launch<Kind::Q6_K>(p, d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.part, t, d.y, m, g_smem_limit, 0);
 }
 
 static float * alloc_part(const lbq::Plan & p, int64_t m) {
@@ -134,6 +144,7 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     Dev d;
     CK(cudaMalloc(&d.w, w.size())); CK(cudaMalloc(&d.x, x.size() * 4)); CK(cudaMalloc(&d.y, ref.size() * 4));
     CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), 32) * 2));
+    d.tickets = alloc_tickets();
     CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     int bad = 0;
@@ -143,11 +154,14 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
         d.part = alloc_part(plan, m);
         std::vector<float> col0_alone;
         for (int n : {1, 2, 7, 8, 9, 16, 23, 32}) {
-            CK(cudaMemset(d.y, 0xff, ref.size() * 4));
-            run(k, plan, d, m, kl, n, row_bytes);
-            CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
-            std::vector<float> y(static_cast<size_t>(n * m));
-            CK(cudaMemcpy(y.data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
+            std::vector<float> y(static_cast<size_t>(n * m)), y_sep(y.size());
+            for (bool fused : {false, true}) {  // fused: one kernel where n <= 8 (the same call as ggml's)
+                CK(cudaMemset(d.y, 0xff, ref.size() * 4));
+                run(k, plan, d, m, kl, n, row_bytes, fused);
+                CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy((fused ? y : y_sep).data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
+            }
+            const bool same_paths = std::memcmp(y.data(), y_sep.data(), y.size() * 4) == 0;
             double maxd = 0, maxr = 0;
             for (int c = 0; c < n; ++c)
                 for (int64_t r = 0; r < m; ++r) {
@@ -158,15 +172,16 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
             bool inv = true;
             if (n == 1) col0_alone.assign(y.begin(), y.begin() + m);
             else inv = std::memcmp(col0_alone.data(), y.data(), size_t(m) * 4) == 0;
-            const bool ok = rel < 3e-3 && inv && std::isfinite(rel);
+            const bool ok = rel < 3e-3 && inv && same_paths && std::isfinite(rel);
             bad += !ok;
-            std::printf("check %s m=%lld k=%lld row+%lld split=%d n=%2d: max rel err %.2e, column 0 bitwise equal to n=1: %s %s\n",
+            std::printf("check %s m=%lld k=%lld row+%lld split=%d n=%2d: max rel err %.2e, column 0 bitwise equal to n=1: %s, "
+                        "fused == separate: %s %s\n",
                         k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad, plan.n_split, n,
-                        rel, inv ? "yes" : "NO", ok ? "ok" : "FAIL");
+                        rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO", ok ? "ok" : "FAIL");
         }
         cudaFree(d.part);
     }
-    cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp);
+    cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp); cudaFree(d.tickets);
     return bad;
 }
 
@@ -179,6 +194,7 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), 32) * 2));
     const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm);
     d.part = alloc_part(plan, m);
+    d.tickets = alloc_tickets();
     std::vector<uint8_t> w = random_blocks(k, std::min<int64_t>(m, 512), kl, rng);
     for (int64_t r0 = 0; r0 < m; r0 += 512) {
         const int64_t nr = std::min<int64_t>(512, m - r0);
@@ -189,20 +205,24 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
     cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
     for (int n : {1, 8, 16, 23, 32}) {
-        float best = 1e30f;
-        for (int it = 0; it < 12; ++it) {
-            CK(cudaMemsetAsync(flush, it, fl));
-            cudaEventRecord(a);
-            run(k, plan, d, m, kl, n, row_bytes);
-            cudaEventRecord(b);
-            CK(cudaEventSynchronize(b));
-            float ms; cudaEventElapsedTime(&ms, a, b);
-            if (it >= 2) best = std::fmin(best, ms);
+        for (bool fused : {false, true}) {
+            if (fused && n > lbq::kFusedMaxN) continue;
+            float best = 1e30f;
+            for (int it = 0; it < 12; ++it) {
+                CK(cudaMemsetAsync(flush, it, fl));
+                cudaEventRecord(a);
+                run(k, plan, d, m, kl, n, row_bytes, fused);
+                cudaEventRecord(b);
+                CK(cudaEventSynchronize(b));
+                float ms; cudaEventElapsedTime(&ms, a, b);
+                if (it >= 2) best = std::fmin(best, ms);
+            }
+            std::printf("bench %s split=%d m=%6lld k=%5lld n=%2d %s: %8.1f us  %6.0f GB/s of weights\n",
+                        k == Kind::Q4_K ? "q4_K" : "q6_K", plan.n_split, (long long)m, (long long)kl, n,
+                        n > lbq::kFusedMaxN ? "        " : fused ? "fused   " : "separate", best * 1e3, wbytes / (best * 1e-3) / 1e9);
         }
-        std::printf("bench %s split=%d m=%6lld k=%5lld n=%2d: %8.1f us  %6.0f GB/s of weights\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
-                    plan.n_split, (long long)m, (long long)kl, n, best * 1e3, wbytes / (best * 1e-3) / 1e9);
     }
-    cudaFree(flush); cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp); cudaFree(d.part);
+    cudaFree(flush); cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp); cudaFree(d.part); cudaFree(d.tickets);
 }
 
 // Stands in for the small ggml op between two products (a norm, an add): reads the last product's
@@ -213,12 +233,13 @@ __global__ void glue(const float * y, int64_t m, float * x, int64_t k, int n) {
     ggml_cuda_pdl_lc();
 }
 
-// A 27B DeltaNet layer's products at 23 columns (as verify runs them: in-projections sharing one
-// input, the output projection, the ffn), back to back in a CUDA graph with a glue kernel wherever
-// the real graph has ops in between, over 8 copies of the weights (1.2 GB, past L2). `fused` runs
-// the products that share an input as one taller matrix (qkv|z|beta|alpha, gate|up). All Q4_K.
-static void chain_bench(bool fused) {
-    const int n = 23, n_layers = 8;
+// A 27B DeltaNet layer's products at n columns (23: as verify runs them; 1: an AR step; in-projections
+// sharing one input, the output projection, the ffn), back to back in a CUDA graph with a glue kernel
+// wherever the real graph has ops in between, over 8 copies of the weights (1.2 GB, past L2). `fused` runs
+// the products that share an input as one taller matrix (qkv|z|beta|alpha, gate|up), `one_kernel` lets
+// launches of at most 8 columns run as one kernel. All Q4_K.
+static void chain_bench(bool fused, int n, bool one_kernel) {
+    const int n_layers = 8;
     struct Prod { int64_t m, k; int in, out; };  // in/out: activation buffer 0 (5120), 1 (6144), 2 (17408)
     static const Prod kFused[] = {{16480, 5120, 0, 1}, {5120, 6144, 1, 0}, {34816, 5120, 0, 2}, {5120, 17408, 2, 0}};
     static const Prod kSeparate[] = {{10240, 5120, 0, -1}, {6144, 5120, 0, -1}, {48, 5120, 0, -1}, {48, 5120, 0, 1},
@@ -241,6 +262,7 @@ static void chain_bench(bool fused) {
             wbytes += bytes;
         }
     float * part; CK(cudaMalloc(&part, part_max * 4));
+    unsigned int * tickets = one_kernel ? alloc_tickets() : nullptr;
     cudaStream_t st; CK(cudaStreamCreate(&st));
     const char * env = std::getenv("GGML_CUDA_PDL");
     const bool pdl = !(env && std::atoi(env) == 0);  // as ggml_cuda_kernel_launch reads it (for the report)
@@ -249,7 +271,7 @@ static void chain_bench(bool fused) {
         for (int l = 0; l < n_layers; ++l)
             for (const Prod & p : layer) {
                 lbq::launch<Kind::Q4_K>(plans[i], ws[i], p.k / 256 * lbq::kQ4KBytes, int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
-                                        ys[i], p.m, st);
+                                        tickets, ys[i], p.m, g_smem_limit, st);
                 if (p.out >= 0) {
                     ggml_cuda_kernel_launch(glue, ggml_cuda_kernel_launch_params(dim3(n), dim3(256), 0, st),
                                             static_cast<const float *>(ys[i]), p.m, xs[p.out], ks[p.out], n);
@@ -272,20 +294,30 @@ static void chain_bench(bool fused) {
         float ms; cudaEventElapsedTime(&ms, a, b);
         if (it >= 2) best = std::fmin(best, ms);
     }
-    std::printf("chain %s (dependent launch %s): %zu launches of products, %.1f us per layer, %.0f GB/s of weights\n",
-                fused ? "fused   " : "separate", pdl ? "on" : "off", ws.size(), best * 1e3 / n_layers,
-                wbytes / (best * 1e-3) / 1e9);
+    std::printf("chain n=%2d %s%s (dependent launch %s): %zu products, %.1f us per layer, %.0f GB/s of weights\n", n,
+                fused ? "stacked  " : "separate ", n > lbq::kFusedMaxN ? "" : one_kernel ? "one kernel   " : "three kernels",
+                pdl ? "on" : "off", ws.size(), best * 1e3 / n_layers, wbytes / (best * 1e-3) / 1e9);
     for (auto w : ws) cudaFree(w);
     for (auto y : ys) cudaFree(y);
     for (auto x : xs) cudaFree(x);
-    cudaFree(xp); cudaFree(part); cudaGraphExecDestroy(ge); cudaGraphDestroy(g); cudaStreamDestroy(st);
+    cudaFree(xp); cudaFree(part); cudaFree(tickets); cudaGraphExecDestroy(ge); cudaGraphDestroy(g); cudaStreamDestroy(st);
 }
 
 int main(int argc, char ** argv) {
     CK(cudaDeviceGetAttribute(&g_n_sm, cudaDevAttrMultiProcessorCount, 0));
+    int optin = 0;
+    CK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, 0));
+    const char * cap = std::getenv("GGML_CUDA_INVARIANT_SMEM");
+    g_smem_limit = cap && std::atol(cap) > 0 ? std::min<size_t>(size_t(optin), size_t(std::atol(cap))) : size_t(optin);
+    std::printf("shared memory per block: %zu bytes\n", g_smem_limit);
+    auto chains = [] {
+        chain_bench(false, 23, true);
+        chain_bench(true, 23, true);
+        chain_bench(true, 1, false);
+        chain_bench(true, 1, true);
+    };
     if (argc > 1 && std::strcmp(argv[1], "chain") == 0) {
-        chain_bench(false);
-        chain_bench(true);
+        chains();
         return 0;
     }
     std::mt19937 rng(7);
@@ -297,13 +329,15 @@ int main(int argc, char ** argv) {
     bad += check(Kind::Q6_K, 130, 1280, 6, rng);   // rows 2-byte aligned only
     bad += check(Kind::Q4_K, 9000, 256, 0, rng);   // many row blocks, one super-block
     if (bad) { std::printf("FAILED: %d checks\n", bad); }
+    if (argc > 1 && std::strcmp(argv[1], "check") == 0) {
+        return bad ? 1 : 0;
+    }
     // the 27B's decode shapes: ffn gate/up, ffn down, DeltaNet qkv, lm head
     bench(Kind::Q4_K, 17408, 5120, rng);
     bench(Kind::Q4_K, 5120, 17408, rng);
     bench(Kind::Q6_K, 5120, 17408, rng);
     bench(Kind::Q6_K, 10240, 5120, rng);
     bench(Kind::Q6_K, 248320, 5120, rng);
-    chain_bench(false);
-    chain_bench(true);
+    chains();
     return bad ? 1 : 0;
 }

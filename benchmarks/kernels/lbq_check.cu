@@ -204,7 +204,7 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     // a 256 MB buffer written between runs keeps the weights out of L2 (50 MB)
     void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
     cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
-    for (int n : {1, 8, 16, 23, 32}) {
+    for (int n : {1, 2, 4, 8, 16, 23, 32}) {
         for (bool fused : {false, true}) {
             if (fused && n > lbq::kFusedMaxN) continue;
             float best = 1e30f;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
-#                                                serverbench attnprof all (default: all)
+#                                                serverbench attnprof onekernel all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -144,6 +144,22 @@ stage_serverbench() {
         --device cuda --prompt-tokens 16384 --n-gen 128 --json "$OUT/server_bench.json" 2>&1 | tail -12
 }
 
+stage_onekernel() {
+    log "one-kernel lbq launches on / off (GGML_CUDA_LBQ_ONE_KERNEL) and the batch-dependent kernels, interleaved"
+    export LUCEBOX_LIB="$BUILD/liblucebox.so"
+    wait_synth
+    local r cfg
+    for r in 1 2 3; do
+        for cfg in "1 invariant" "0 invariant" "1 dependent"; do
+            set -- $cfg
+            echo "round $r: one kernel $1, $2"
+            GGML_CUDA_LBQ_ONE_KERNEL=$1 python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" \
+                --draft "$WORK/synth-27b-dflash" --ctx 8192 --n-gen 128 --steps 10 \
+                $([ "$2" = dependent ] && echo --no-invariant) 2>&1 | grep -E "^\| (AR decode|8192)"
+        done
+    done
+}
+
 stage_pair() {
     log "embedded default pair: AR vs chain vs DDTree (real acceptance)"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
@@ -172,7 +188,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|onekernel) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

@@ -260,13 +260,15 @@ std::unique_ptr<DraftModel::AppendGraph> DraftModel::build_append(const AppendSh
     const int64_t kv_dim = int64_t(c.head_dim) * c.n_head_kv;
     for (int32_t l = 0; l < c.n_layer; ++l) {
         const DraftLayerWeights & L = weights_->layers[l];
-        ggml_tensor * k = matmul(ctx, L.attn_qkv[1], h);
+        // k and v: one product of their rows of the layer's q|k|v stack (views of it, strided)
+        const std::vector<ggml_tensor *> kv = L.attn_qkv.project(ctx, h, 1, 3);
+        ggml_tensor * k = kv[0], * v = kv[1];
         if (L.bk) k = ggml_add(ctx, k, L.bk);
-        k = rms(ctx, ggml_reshape_3d(ctx, k, c.head_dim, c.n_head_kv, n), L.k_norm);
+        if (L.bv) v = ggml_add(ctx, v, L.bv);
+        k = rms(ctx, ggml_view_3d(ctx, k, c.head_dim, c.n_head_kv, n, ggml_row_size(k->type, c.head_dim), k->nb[1], 0),
+                L.k_norm);
         k = ggml_rope_ext(ctx, k, g.pos, nullptr, c.head_dim, GGML_ROPE_TYPE_NEOX, 0, c.rope_theta, c.rope_freq_scale,
                           0.0f, 1.0f, 0.0f, 0.0f);
-        ggml_tensor * v = matmul(ctx, L.attn_qkv[2], h);
-        if (L.bv) v = ggml_add(ctx, v, L.bv);
         ggml_build_forward_expand(gf, ggml_set_rows(ctx, k_cache_[l], ggml_reshape_2d(ctx, k, kv_dim, n), g.slots));
         ggml_build_forward_expand(gf, ggml_set_rows(ctx, v_cache_[l], v, g.slots));
     }

@@ -1,6 +1,7 @@
 // matmul.hpp: the one way our graphs multiply by a matrix, and matrices stacked to share a product.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -39,10 +40,11 @@ public:
     // Member i as [n_in, rows_i]: a row-range view of its run's matrix, or the matrix itself.
     ggml_tensor * operator[](size_t i) const { return members_[i].w; }
 
-    // x [n_in, n] -> one [rows_i, n] result per member. Members of one run get their rows of the
-    // run's product as views with the whole product's row stride, so consumers must accept strided
-    // columns (ggml_cont where an op needs contiguous data).
-    std::vector<ggml_tensor *> project(ggml_context * ctx, ggml_tensor * x) const;
+    // x [n_in, n] -> one [rows_i, n] result per member i in [first, last) (default: all). Members of
+    // one run get their rows of one product (of just those members' rows) as views with the product's
+    // row stride, so consumers must accept strided columns (ggml_cont where an op needs contiguous data).
+    std::vector<ggml_tensor *> project(ggml_context * ctx, ggml_tensor * x, size_t first = 0,
+                                       size_t last = SIZE_MAX) const;
 
 private:
     struct Member {
@@ -75,19 +77,30 @@ inline StackedMatrices::StackedMatrices(ggml_context * ctx, int64_t n_in, const 
     }
 }
 
-inline std::vector<ggml_tensor *> StackedMatrices::project(ggml_context * ctx, ggml_tensor * x) const {
+inline std::vector<ggml_tensor *> StackedMatrices::project(ggml_context * ctx, ggml_tensor * x, size_t first,
+                                                           size_t last) const {
+    last = std::min(last, members_.size());
     std::vector<ggml_tensor *> out;
-    ggml_tensor * stack = nullptr, * product = nullptr;  // runs are consecutive: one product at a time
-    for (const Member & m : members_) {
+    for (size_t i = first; i < last;) {
+        const Member & m = members_[i];
         if (!m.stack) {
             out.push_back(matmul(ctx, m.w, x));
+            ++i;
             continue;
         }
-        if (m.stack != stack) {
-            stack = m.stack;
-            product = matmul(ctx, stack, x);
+        // the members of this run within [first, last): one product of their rows
+        size_t j = i + 1;
+        int64_t rows = m.w->ne[1];
+        for (; j < last && members_[j].stack == m.stack; ++j) rows += members_[j].w->ne[1];
+        ggml_tensor * w = rows == m.stack->ne[1]
+                              ? m.stack
+                              : ggml_view_2d(ctx, m.stack, m.stack->ne[0], rows, m.stack->nb[1], size_t(m.row0) * m.stack->nb[1]);
+        ggml_tensor * product = matmul(ctx, w, x);
+        for (; i < j; ++i) {
+            const Member & mi = members_[i];
+            out.push_back(ggml_view_2d(ctx, product, mi.w->ne[1], product->ne[1], product->nb[1],
+                                       size_t(mi.row0 - m.row0) * product->nb[0]));
         }
-        out.push_back(ggml_view_2d(ctx, product, m.w->ne[1], product->ne[1], product->nb[1], size_t(m.row0) * product->nb[0]));
     }
     return out;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
-#                                                serverbench attnprof onekernel all (default: all)
+#                                                serverbench attnprof onekernel lbqprof all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -127,6 +127,17 @@ stage_attnprof() {
         "$BUILD/attn_check" profile >"$OUT/attn_ncu_stalls.txt" 2>&1 || true
 }
 
+stage_lbqprof() {
+    log "Nsight Compute on lbq's products at 1 and 23 columns (lbq_check profile)"
+    [ -x "$WORK/lbq_check" ] || nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src \
+        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o "$WORK/lbq_check" || return 1
+    timeout 300 ncu -k regex:gemm --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
+        --section LaunchStats --section WarpStateStats --section SchedulerStats "$WORK/lbq_check" profile \
+        >"$OUT/lbq_ncu.txt" 2>&1
+    grep -E "lbq::gemm|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Waves Per SM|Stall|Issued Warp" \
+        "$OUT/lbq_ncu.txt" | head -120
+}
+
 wait_synth() { if [ -n "${synth_pid:-}" ]; then wait "$synth_pid"; synth_pid=; fi; }
 
 stage_bench() {
@@ -188,7 +199,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|onekernel) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|onekernel|lbqprof) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

@@ -6,7 +6,8 @@
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
-//   lbq_check [check | chain]: the checks only, the layer chains only (default: checks, benches, chains)
+//   lbq_check [check | chain | profile]: the checks only, the layer chains only, one launch per decode shape at
+//   1 and 23 columns (for Nsight Compute); default: checks, benches, chains
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -310,6 +311,28 @@ int main(int argc, char ** argv) {
     const char * cap = std::getenv("GGML_CUDA_INVARIANT_SMEM");
     g_smem_limit = cap && std::atol(cap) > 0 ? std::min<size_t>(size_t(optin), size_t(std::atol(cap))) : size_t(optin);
     std::printf("shared memory per block: %zu bytes\n", g_smem_limit);
+    if (argc > 1 && std::strcmp(argv[1], "profile") == 0) {  // one launch per decode shape, for Nsight Compute
+        std::mt19937 rng(7);
+        const struct { Kind k; int64_t m, kl; } shapes[] = {{Kind::Q4_K, 17408, 5120}, {Kind::Q4_K, 5120, 17408},
+                                                           {Kind::Q6_K, 5120, 17408}, {Kind::Q4_K, 34816, 5120}};
+        for (const auto & sh : shapes) {
+            const int bb = sh.k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes;
+            const int64_t row_bytes = sh.kl / 256 * bb;
+            Dev d;
+            CK(cudaMalloc(&d.w, size_t(sh.m * row_bytes))); CK(cudaMalloc(&d.x, size_t(32 * sh.kl * 4)));
+            CK(cudaMalloc(&d.y, size_t(32 * sh.m * 4))); CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(sh.kl), 32) * 2));
+            const std::vector<uint8_t> w = random_blocks(sh.k, sh.m, sh.kl, rng);
+            CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
+            CK(cudaMemset(d.x, 0, size_t(32 * sh.kl * 4)));
+            const lbq::Plan plan = lbq::plan(int(sh.m), int(sh.kl), g_n_sm);
+            d.part = alloc_part(plan, sh.m);
+            d.tickets = alloc_tickets();
+            for (int n : {1, 23}) run(sh.k, plan, d, sh.m, sh.kl, n, row_bytes, true);
+            CK(cudaDeviceSynchronize());
+            cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp); cudaFree(d.part); cudaFree(d.tickets);
+        }
+        return 0;
+    }
     auto chains = [] {
         chain_bench(false, 23, true);
         chain_bench(true, 23, true);

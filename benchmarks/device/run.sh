@@ -60,10 +60,15 @@ stage_test() {
     timeout 120 python3 benchmarks/device/backend_diff.py --cache "$LUCEBOX_TEST_CACHE" 2>&1 | grep -v "^\[trans"
 }
 
+# the standalone checker of lbq's kernels (it includes them from the materialized tree; nothing is linked)
+build_lbq_check() {
+    nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src -I vendor/src/ggml/src/ggml-cuda \
+        benchmarks/kernels/lbq_check.cu -o "$WORK/lbq_check"
+}
+
 stage_kernels() {
     log "small-batch K-quant kernels: exactness, batch invariance, bandwidth (lbq_check)"
-    nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src -I vendor/src/ggml/src/ggml-cuda \
-        benchmarks/kernels/lbq_check.cu -o "$WORK/lbq_check" >"$OUT/lbq.txt" 2>&1 && "$WORK/lbq_check" >>"$OUT/lbq.txt" 2>&1
+    build_lbq_check >"$OUT/lbq.txt" 2>&1 && "$WORK/lbq_check" >>"$OUT/lbq.txt" 2>&1
     local rc=$?
     # the layer chain again without programmatic dependent launch, for comparison
     GGML_CUDA_PDL=0 "$WORK/lbq_check" chain >>"$OUT/lbq.txt" 2>&1 || rc=1
@@ -129,8 +134,7 @@ stage_attnprof() {
 
 stage_lbqprof() {
     log "Nsight Compute on lbq's products at 1 and 23 columns (lbq_check profile)"
-    [ -x "$WORK/lbq_check" ] || nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src \
-        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o "$WORK/lbq_check" || return 1
+    [ -x "$WORK/lbq_check" ] || build_lbq_check || return 1
     timeout 300 ncu -k regex:gemm --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy \
         --section LaunchStats --section WarpStateStats --section SchedulerStats "$WORK/lbq_check" profile \
         >"$OUT/lbq_ncu.txt" 2>&1

@@ -109,6 +109,11 @@ static unsigned int * alloc_tickets() {
     CK(cudaMemset(t, 0, lbq::kTicketSlots * sizeof(unsigned int))); return t;
 }
 
+static void free_dev(Dev & d) {
+    cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp); cudaFree(d.part); cudaFree(d.tickets);
+    d = Dev{};
+}
+
 static int g_n_sm = 132;
 static size_t g_smem_limit = 0;  // shared memory per block; GGML_CUDA_INVARIANT_SMEM lowers it as in ggml-cuda
 
@@ -181,27 +186,35 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
                         rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO", ok ? "ok" : "FAIL");
         }
         cudaFree(d.part);
+        d.part = nullptr;
     }
-    cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp); cudaFree(d.tickets);
+    free_dev(d);
     return bad;
 }
 
-static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
-    const int bb = k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes;
-    const int64_t row_bytes = kl / 256 * bb;
-    const size_t wbytes = size_t(m * row_bytes);
+// Buffers for timing an m x kl product of up to 32 columns with the shape's own plan: random weights (512 rows
+// repeated), zero activations.
+static Dev timing_dev(Kind k, int64_t m, int64_t kl, const lbq::Plan & plan, std::mt19937 & rng) {
+    const int64_t row_bytes = kl / 256 * (k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes);
     Dev d;
-    CK(cudaMalloc(&d.w, wbytes)); CK(cudaMalloc(&d.x, size_t(32 * kl * 4))); CK(cudaMalloc(&d.y, size_t(32 * m * 4)));
-    CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), 32) * 2));
-    const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm);
+    CK(cudaMalloc(&d.w, size_t(m * row_bytes))); CK(cudaMalloc(&d.x, size_t(32 * kl * 4)));
+    CK(cudaMalloc(&d.y, size_t(32 * m * 4))); CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), 32) * 2));
     d.part = alloc_part(plan, m);
     d.tickets = alloc_tickets();
-    std::vector<uint8_t> w = random_blocks(k, std::min<int64_t>(m, 512), kl, rng);
+    const std::vector<uint8_t> w = random_blocks(k, std::min<int64_t>(m, 512), kl, rng);
     for (int64_t r0 = 0; r0 < m; r0 += 512) {
         const int64_t nr = std::min<int64_t>(512, m - r0);
         CK(cudaMemcpy(d.w + r0 * row_bytes, w.data(), size_t(nr * row_bytes), cudaMemcpyHostToDevice));
     }
     CK(cudaMemset(d.x, 0, size_t(32 * kl * 4)));
+    return d;
+}
+
+static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
+    const int64_t row_bytes = kl / 256 * (k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes);
+    const size_t wbytes = size_t(m * row_bytes);
+    const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm);
+    Dev d = timing_dev(k, m, kl, plan, rng);
     // a 256 MB buffer written between runs keeps the weights out of L2 (50 MB)
     void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
     cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
@@ -223,7 +236,23 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
                         n > lbq::kFusedMaxN ? "        " : fused ? "fused   " : "separate", best * 1e3, wbytes / (best * 1e-3) / 1e9);
         }
     }
-    cudaFree(flush); cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp); cudaFree(d.part); cudaFree(d.tickets);
+    cudaFree(flush);
+    free_dev(d);
+}
+
+// One launch per decode shape at 1 and 23 columns (the path ggml takes), for Nsight Compute.
+static void profile() {
+    std::mt19937 rng(7);
+    const struct { Kind k; int64_t m, kl; } shapes[] = {{Kind::Q4_K, 17408, 5120}, {Kind::Q4_K, 5120, 17408},
+                                                       {Kind::Q6_K, 5120, 17408}, {Kind::Q4_K, 34816, 5120}};
+    for (const auto & sh : shapes) {
+        const lbq::Plan plan = lbq::plan(int(sh.m), int(sh.kl), g_n_sm);
+        Dev d = timing_dev(sh.k, sh.m, sh.kl, plan, rng);
+        const int64_t row_bytes = sh.kl / 256 * (sh.k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes);
+        for (int n : {1, 23}) run(sh.k, plan, d, sh.m, sh.kl, n, row_bytes, true);
+        CK(cudaDeviceSynchronize());
+        free_dev(d);
+    }
 }
 
 // Stands in for the small ggml op between two products (a norm, an add): reads the last product's
@@ -311,26 +340,8 @@ int main(int argc, char ** argv) {
     const char * cap = std::getenv("GGML_CUDA_INVARIANT_SMEM");
     g_smem_limit = cap && std::atol(cap) > 0 ? std::min<size_t>(size_t(optin), size_t(std::atol(cap))) : size_t(optin);
     std::printf("shared memory per block: %zu bytes\n", g_smem_limit);
-    if (argc > 1 && std::strcmp(argv[1], "profile") == 0) {  // one launch per decode shape, for Nsight Compute
-        std::mt19937 rng(7);
-        const struct { Kind k; int64_t m, kl; } shapes[] = {{Kind::Q4_K, 17408, 5120}, {Kind::Q4_K, 5120, 17408},
-                                                           {Kind::Q6_K, 5120, 17408}, {Kind::Q4_K, 34816, 5120}};
-        for (const auto & sh : shapes) {
-            const int bb = sh.k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes;
-            const int64_t row_bytes = sh.kl / 256 * bb;
-            Dev d;
-            CK(cudaMalloc(&d.w, size_t(sh.m * row_bytes))); CK(cudaMalloc(&d.x, size_t(32 * sh.kl * 4)));
-            CK(cudaMalloc(&d.y, size_t(32 * sh.m * 4))); CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(sh.kl), 32) * 2));
-            const std::vector<uint8_t> w = random_blocks(sh.k, sh.m, sh.kl, rng);
-            CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
-            CK(cudaMemset(d.x, 0, size_t(32 * sh.kl * 4)));
-            const lbq::Plan plan = lbq::plan(int(sh.m), int(sh.kl), g_n_sm);
-            d.part = alloc_part(plan, sh.m);
-            d.tickets = alloc_tickets();
-            for (int n : {1, 23}) run(sh.k, plan, d, sh.m, sh.kl, n, row_bytes, true);
-            CK(cudaDeviceSynchronize());
-            cudaFree(d.w); cudaFree(d.x); cudaFree(d.y); cudaFree(d.xp); cudaFree(d.part); cudaFree(d.tickets);
-        }
+    if (argc > 1 && std::strcmp(argv[1], "profile") == 0) {
+        profile();
         return 0;
     }
     auto chains = [] {

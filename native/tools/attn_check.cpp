@@ -4,7 +4,7 @@
 //   attn_check bench    also times one call (1 query, a 23-node tree, a 512-query prefill tile) at
 //                       several depths, invariant mode vs ggml's own kernels
 //   attn_check profile  only runs the invariant kernels at the 27B shape (1 query, a 23-node tree and a
-//                       512-query tile at 8K, F16; 1 query and a tree at 32K, Q4_0), for a profiler
+//                       512-query tile at 8K, F16; 1 query and a tree at 32K and 128K, Q4_0), for a profiler
 //                       (ncu -k regex:fattn_invariant)
 // Checks, all bit for bit except the last:
 //   tree == AR     each node of a random 23-node tree (ancestors at scattered slots, siblings masked)
@@ -222,9 +222,11 @@ int main(int argc, char ** argv) {
         for (const Problem * p : {&tree, &pre}) attend(cuda, s, GGML_TYPE_F16, GGML_TYPE_F16, *p);
         attend(cuda, s, GGML_TYPE_F16, GGML_TYPE_F16, one_query(s, tree, 22, 8192));
         // at depth, q4_0 (the long-context cache type)
-        const Problem deep = tree_problem(s, 32768 - 23, 23, 32768, rng, paths);
-        attend(cuda, s, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, deep);
-        attend(cuda, s, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, one_query(s, deep, 22, 32768));
+        for (int depth : {32768, 131072}) {
+            const Problem deep = tree_problem(s, depth - 23, 23, depth, rng, paths);
+            attend(cuda, s, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, deep);
+            attend(cuda, s, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, one_query(s, deep, 22, depth));
+        }
         return 0;
     }
     int bad = 0;

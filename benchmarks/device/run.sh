@@ -119,7 +119,7 @@ stage_profile() {
 
 stage_attnprof() {
     log "Nsight Compute on the invariant attention kernels (attn_check profile)"
-    # durations and occupancy of each kernel (index, mma, merge); LUCEBOX_ATTNPROF=full adds the memory and
+    # durations and occupancy of each kernel (scan, index, mma, merge); LUCEBOX_ATTNPROF=full adds the memory and
     # source sections and a stall-reason pass (several minutes)
     local sections=(--section SpeedOfLight --section Occupancy --section LaunchStats)
     [ "${LUCEBOX_ATTNPROF:-}" = full ] && sections+=(--section WarpStateStats --section SourceCounters
@@ -130,6 +130,11 @@ stage_attnprof() {
     # where the warps wait (stall reasons per kernel)
     timeout 200 ncu -k regex:fattn_invariant_mma --section WarpStateStats --print-details body \
         "$BUILD/attn_check" profile >"$OUT/attn_ncu_stalls.txt" 2>&1 || true
+    # ... and by SASS line for the last mma launch of `attn_check profile` (one query at 128K over q4_0)
+    timeout 150 ncu -k regex:fattn_invariant_mma --launch-skip 11 --launch-count 1 --section WarpStateStats \
+        --section SourceCounters -f -o "$WORK/attn_1q_128k" "$BUILD/attn_check" profile >/dev/null 2>&1 &&
+        ncu -i "$WORK/attn_1q_128k.ncu-rep" --page source --csv --print-source sass >"$WORK/attn_sass.csv" 2>&1 &&
+        python3 benchmarks/device/sass_hot.py "$WORK/attn_sass.csv" 80 >"$OUT/attn_sass_hot.txt" 2>&1 || true
 }
 
 stage_lbqprof() {

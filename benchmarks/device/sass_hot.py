@@ -2,8 +2,8 @@
 
     python3 benchmarks/device/sass_hot.py SOURCE.csv [N]
 
-Prints the N (default 60) instructions with the most warp-stall samples, each with its address, its share of
-all samples and its main stall columns, then the samples summed by opcode.
+Prints the table's columns, then the N (default 60) instructions with the most warp-stall samples, each with
+its address, its share of all samples and its text, then the samples summed by opcode.
 """
 import csv
 import sys

@@ -7,7 +7,8 @@
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
 //   lbq_check [check | chain | profile]: the checks only, the layer chains only, one launch per decode shape at
-//   1 and 23 columns (for Nsight Compute); default: checks, benches, chains
+//   1 and 23 columns (for Nsight Compute); default: checks, benches (decode shapes at 1..32 columns, prefill
+//   products at 512), chains
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -123,9 +124,13 @@ static void run(Kind k, const lbq::Plan & p, const Dev & d, int64_t m, int64_t k
     else lbq::launch<Kind::Q6_K>(p, d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.part, t, d.y, m, g_smem_limit, 0);
 }
 
-static float * alloc_part(const lbq::Plan & p, int64_t m) {
-    float * part; CK(cudaMalloc(&part, size_t(std::max<int64_t>(1, lbq::part_floats(p, int(m), 32))) * 4)); return part;
+static float * alloc_part(const lbq::Plan & p, int64_t m, int n_max = 32) {
+    float * part; CK(cudaMalloc(&part, size_t(std::max<int64_t>(1, lbq::part_floats(p, int(m), n_max))) * 4)); return part;
 }
+
+// Columns the checks multiply at most: past kMaxN a launch has several column groups, and with a forced split
+// (a Plan without slots) it folds its splits in each block (gemm's FOLD).
+constexpr int kCheckN = 96;
 
 static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & rng) {
     const int bb = k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes;
@@ -135,13 +140,13 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     std::vector<uint8_t> w(size_t(m * row_bytes), 0);
     for (int64_t r = 0; r < m; ++r) std::memcpy(&w[size_t(r * row_bytes)], &packed[size_t(r * (kl / 256) * bb)], size_t(kl / 256 * bb));
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<float> x(static_cast<size_t>(32 * kl));
+    std::vector<float> x(static_cast<size_t>(kCheckN * kl));
     for (auto & v : x) v = nd(rng);
     std::vector<float> wf(static_cast<size_t>(kl));
-    std::vector<double> ref(static_cast<size_t>(32 * m));
+    std::vector<double> ref(static_cast<size_t>(kCheckN * m));
     for (int64_t r = 0; r < m; ++r) {
         dequant_row(k, w.data() + r * row_bytes, kl, wf.data());
-        for (int c = 0; c < 32; ++c) {
+        for (int c = 0; c < kCheckN; ++c) {
             double s = 0;
             for (int64_t i = 0; i < kl; ++i) s += double(wf[i]) * x[size_t(c * kl + i)];
             ref[size_t(c * m + r)] = s;
@@ -149,7 +154,7 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     }
     Dev d;
     CK(cudaMalloc(&d.w, w.size())); CK(cudaMalloc(&d.x, x.size() * 4)); CK(cudaMalloc(&d.y, ref.size() * 4));
-    CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), 32) * 2));
+    CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), kCheckN) * 2));
     d.tickets = alloc_tickets();
     CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
@@ -157,9 +162,9 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     for (int split : {1, 2, 3, 0}) {
         const lbq::Plan plan = split ? lbq::Plan{split} : lbq::plan(int(m), int(kl), g_n_sm);
         if (plan.n_split > kl / 256) continue;
-        d.part = alloc_part(plan, m);
+        d.part = alloc_part(plan, m, kCheckN);
         std::vector<float> col0_alone;
-        for (int n : {1, 2, 7, 8, 9, 16, 23, 32}) {
+        for (int n : {1, 2, 7, 8, 9, 16, 23, 32, 33, 96}) {
             std::vector<float> y(static_cast<size_t>(n * m)), y_sep(y.size());
             for (bool fused : {false, true}) {  // fused: one kernel where n <= 8 (the same call as ggml's)
                 CK(cudaMemset(d.y, 0xff, ref.size() * 4));
@@ -180,10 +185,11 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
             else inv = std::memcmp(col0_alone.data(), y.data(), size_t(m) * 4) == 0;
             const bool ok = rel < 3e-3 && inv && same_paths && std::isfinite(rel);
             bad += !ok;
-            std::printf("check %s m=%lld k=%lld row+%lld split=%d n=%2d: max rel err %.2e, column 0 bitwise equal to n=1: %s, "
+            std::printf("check %s m=%lld k=%lld row+%lld split=%d n=%2d%s: max rel err %.2e, column 0 bitwise equal to n=1: %s, "
                         "fused == separate: %s %s\n",
                         k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad, plan.n_split, n,
-                        rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO", ok ? "ok" : "FAIL");
+                        lbq::folds(plan, int(m), n) ? " (folded)" : "", rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO",
+                        ok ? "ok" : "FAIL");
         }
         cudaFree(d.part);
         d.part = nullptr;
@@ -237,6 +243,40 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
         }
     }
     cudaFree(flush);
+    free_dev(d);
+}
+
+// A prefill micro-batch's product (kMaxLaunchN columns, one launch): the shape's plan with its splits folded in the
+// blocks where the launch allows it (gemm's FOLD), and the same splits through memory (reduce_splits).
+static void bench_prefill(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
+    const int n = lbq::kMaxLaunchN;
+    const int64_t row_bytes = kl / 256 * (k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes);
+    const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm), apart{plan.n_split, 1 << 30};
+    Dev d;
+    CK(cudaMalloc(&d.w, size_t(m * row_bytes))); CK(cudaMalloc(&d.x, size_t(n * kl * 4)));
+    CK(cudaMalloc(&d.y, size_t(n * m * 4))); CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), n) * 2));
+    d.part = alloc_part(plan, m, n);
+    const std::vector<uint8_t> w = random_blocks(k, std::min<int64_t>(m, 512), kl, rng);
+    for (int64_t r0 = 0; r0 < m; r0 += 512) {
+        const int64_t nr = std::min<int64_t>(512, m - r0);
+        CK(cudaMemcpy(d.w + r0 * row_bytes, w.data(), size_t(nr * row_bytes), cudaMemcpyHostToDevice));
+    }
+    CK(cudaMemset(d.x, 0, size_t(n * kl * 4)));
+    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+    for (const lbq::Plan & p : {plan, apart}) {
+        float best = 1e30f;
+        for (int it = 0; it < 8; ++it) {
+            cudaEventRecord(a);
+            run(k, p, d, m, kl, n, row_bytes, false);
+            cudaEventRecord(b);
+            CK(cudaEventSynchronize(b));
+            float ms; cudaEventElapsedTime(&ms, a, b);
+            if (it >= 2) best = std::fmin(best, ms);
+        }
+        std::printf("prefill %s split=%d m=%6lld k=%5lld n=%d %s: %8.1f us  %5.0f TFLOP/s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
+                    p.n_split, (long long)m, (long long)kl, n, lbq::folds(p, int(m), n) ? "folded       " : "through memory",
+                    best * 1e3, 2.0 * m * kl * n / (best * 1e-3) / 1e12);
+    }
     free_dev(d);
 }
 
@@ -372,6 +412,14 @@ int main(int argc, char ** argv) {
     bench(Kind::Q6_K, 5120, 17408, rng);
     bench(Kind::Q6_K, 10240, 5120, rng);
     bench(Kind::Q6_K, 248320, 5120, rng);
+    // the 27B's stacked prefill products: DeltaNet qkv|z|beta|alpha, ffn gate|up, attention q|k|v, ffn down,
+    // DeltaNet out
+    bench_prefill(Kind::Q4_K, 16480, 5120, rng);
+    bench_prefill(Kind::Q4_K, 34816, 5120, rng);
+    bench_prefill(Kind::Q4_K, 14336, 5120, rng);
+    bench_prefill(Kind::Q6_K, 10240, 5120, rng);
+    bench_prefill(Kind::Q4_K, 5120, 17408, rng);
+    bench_prefill(Kind::Q4_K, 5120, 6144, rng);
     chains();
     return bad ? 1 : 0;
 }

@@ -68,7 +68,9 @@ int main(int argc, char ** argv) {
     int bad = 0;
     const Case cases[] = {{GGML_TYPE_Q4_K, 5120, 600}, {GGML_TYPE_Q6_K, 1024, 9000}, {GGML_TYPE_Q4_K, 256, 64},
                           {GGML_TYPE_Q8_0, 1024, 300}, {GGML_TYPE_F16, 512, 200}, {GGML_TYPE_BF16, 512, 200},
-                          {GGML_TYPE_BF16, 2560, 256}};
+                          {GGML_TYPE_BF16, 2560, 256},
+                          // 66 row tiles at k split 2: launches of 257 and 300 columns fold the splits in their blocks
+                          {GGML_TYPE_Q4_K, 2048, 8448}};
     for (const Case & c : cases) {
         std::vector<float> wf(size_t(c.k * c.m));
         for (float & v : wf) v = nd(rng) / std::sqrt(float(c.k));

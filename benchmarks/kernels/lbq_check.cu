@@ -198,22 +198,39 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     return bad;
 }
 
-// Buffers for timing an m x kl product of up to 32 columns with the shape's own plan: random weights (512 rows
+// Buffers for timing an m x kl product of up to n columns with the shape's own plan: random weights (512 rows
 // repeated), zero activations.
-static Dev timing_dev(Kind k, int64_t m, int64_t kl, const lbq::Plan & plan, std::mt19937 & rng) {
+static Dev timing_dev(Kind k, int64_t m, int64_t kl, const lbq::Plan & plan, std::mt19937 & rng, int n = 32) {
     const int64_t row_bytes = kl / 256 * (k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes);
     Dev d;
-    CK(cudaMalloc(&d.w, size_t(m * row_bytes))); CK(cudaMalloc(&d.x, size_t(32 * kl * 4)));
-    CK(cudaMalloc(&d.y, size_t(32 * m * 4))); CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), 32) * 2));
-    d.part = alloc_part(plan, m);
+    CK(cudaMalloc(&d.w, size_t(m * row_bytes))); CK(cudaMalloc(&d.x, size_t(n * kl * 4)));
+    CK(cudaMalloc(&d.y, size_t(n * m * 4))); CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), n) * 2));
+    d.part = alloc_part(plan, m, n);
     d.tickets = alloc_tickets();
     const std::vector<uint8_t> w = random_blocks(k, std::min<int64_t>(m, 512), kl, rng);
     for (int64_t r0 = 0; r0 < m; r0 += 512) {
         const int64_t nr = std::min<int64_t>(512, m - r0);
         CK(cudaMemcpy(d.w + r0 * row_bytes, w.data(), size_t(nr * row_bytes), cudaMemcpyHostToDevice));
     }
-    CK(cudaMemset(d.x, 0, size_t(32 * kl * 4)));
+    CK(cudaMemset(d.x, 0, size_t(n * kl * 4)));
     return d;
+}
+
+// The fastest of `iters` timed runs of `fn` after two untimed ones, in ms; `before` runs ahead of each, untimed.
+template <class F, class B> static float best_ms(int iters, F && fn, B && before) {
+    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+    float best = 1e30f;
+    for (int it = 0; it < iters + 2; ++it) {
+        before(it);
+        cudaEventRecord(a);
+        fn();
+        cudaEventRecord(b);
+        CK(cudaEventSynchronize(b));
+        float ms; cudaEventElapsedTime(&ms, a, b);
+        if (it >= 2) best = std::fmin(best, ms);
+    }
+    cudaEventDestroy(a); cudaEventDestroy(b);
+    return best;
 }
 
 static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
@@ -223,20 +240,11 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     Dev d = timing_dev(k, m, kl, plan, rng);
     // a 256 MB buffer written between runs keeps the weights out of L2 (50 MB)
     void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
-    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
     for (int n : {1, 2, 4, 8, 16, 23, 32}) {
         for (bool fused : {false, true}) {
             if (fused && n > lbq::kFusedMaxN) continue;
-            float best = 1e30f;
-            for (int it = 0; it < 12; ++it) {
-                CK(cudaMemsetAsync(flush, it, fl));
-                cudaEventRecord(a);
-                run(k, plan, d, m, kl, n, row_bytes, fused);
-                cudaEventRecord(b);
-                CK(cudaEventSynchronize(b));
-                float ms; cudaEventElapsedTime(&ms, a, b);
-                if (it >= 2) best = std::fmin(best, ms);
-            }
+            const float best = best_ms(10, [&] { run(k, plan, d, m, kl, n, row_bytes, fused); },
+                                       [&](int it) { CK(cudaMemsetAsync(flush, it, fl)); });
             std::printf("bench %s split=%d m=%6lld k=%5lld n=%2d %s: %8.1f us  %6.0f GB/s of weights\n",
                         k == Kind::Q4_K ? "q4_K" : "q6_K", plan.n_split, (long long)m, (long long)kl, n,
                         n > lbq::kFusedMaxN ? "        " : fused ? "fused   " : "separate", best * 1e3, wbytes / (best * 1e-3) / 1e9);
@@ -252,27 +260,9 @@ static void bench_prefill(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     const int n = lbq::kMaxLaunchN;
     const int64_t row_bytes = kl / 256 * (k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes);
     const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm), apart{plan.n_split, 1 << 30};
-    Dev d;
-    CK(cudaMalloc(&d.w, size_t(m * row_bytes))); CK(cudaMalloc(&d.x, size_t(n * kl * 4)));
-    CK(cudaMalloc(&d.y, size_t(n * m * 4))); CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), n) * 2));
-    d.part = alloc_part(plan, m, n);
-    const std::vector<uint8_t> w = random_blocks(k, std::min<int64_t>(m, 512), kl, rng);
-    for (int64_t r0 = 0; r0 < m; r0 += 512) {
-        const int64_t nr = std::min<int64_t>(512, m - r0);
-        CK(cudaMemcpy(d.w + r0 * row_bytes, w.data(), size_t(nr * row_bytes), cudaMemcpyHostToDevice));
-    }
-    CK(cudaMemset(d.x, 0, size_t(n * kl * 4)));
-    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+    Dev d = timing_dev(k, m, kl, plan, rng, n);
     for (const lbq::Plan & p : {plan, apart}) {
-        float best = 1e30f;
-        for (int it = 0; it < 8; ++it) {
-            cudaEventRecord(a);
-            run(k, p, d, m, kl, n, row_bytes, false);
-            cudaEventRecord(b);
-            CK(cudaEventSynchronize(b));
-            float ms; cudaEventElapsedTime(&ms, a, b);
-            if (it >= 2) best = std::fmin(best, ms);
-        }
+        const float best = best_ms(6, [&] { run(k, p, d, m, kl, n, row_bytes, false); }, [](int) {});
         std::printf("prefill %s split=%d m=%6lld k=%5lld n=%d %s: %8.1f us  %5.0f TFLOP/s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
                     p.n_split, (long long)m, (long long)kl, n, lbq::folds(p, int(m), n) ? "folded       " : "through memory",
                     best * 1e3, 2.0 * m * kl * n / (best * 1e-3) / 1e12);

@@ -41,9 +41,13 @@ using lbq::Kind;
 static float h2f(uint16_t h) { __half_raw r; r.x = h; return __half2float(__half(r)); }
 static uint16_t f2h(float f) { __half h = __float2half_rn(f); return __half_raw(h).x; }
 
+static int block_bytes(Kind k) { return k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes; }
+// a row of kl weights in ggml's block layout, unpadded
+static int64_t packed_row_bytes(Kind k, int64_t kl) { return kl / 256 * block_bytes(k); }
+
 // random blocks with finite, modest scales
 static std::vector<uint8_t> random_blocks(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
-    const int bb = k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes;
+    const int bb = block_bytes(k);
     std::vector<uint8_t> w(size_t(m * (kl / 256) * bb));
     std::uniform_int_distribution<int> byte(0, 255);
     std::uniform_real_distribution<float> u(0.5f, 1.5f);
@@ -133,7 +137,7 @@ static float * alloc_part(const lbq::Plan & p, int64_t m, int n_max = 32) {
 constexpr int kCheckN = 96;
 
 static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & rng) {
-    const int bb = k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes;
+    const int bb = block_bytes(k);
     // row_pad > 0 puts rows at a stride that is not a whole number of blocks (Q6_K: 2-byte aligned rows)
     const int64_t row_bytes = kl / 256 * bb + row_pad;
     std::vector<uint8_t> packed = random_blocks(k, m, kl, rng);
@@ -201,7 +205,7 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
 // Buffers for timing an m x kl product of up to n columns with the shape's own plan: random weights (512 rows
 // repeated), zero activations.
 static Dev timing_dev(Kind k, int64_t m, int64_t kl, const lbq::Plan & plan, std::mt19937 & rng, int n = 32) {
-    const int64_t row_bytes = kl / 256 * (k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes);
+    const int64_t row_bytes = packed_row_bytes(k, kl);
     Dev d;
     CK(cudaMalloc(&d.w, size_t(m * row_bytes))); CK(cudaMalloc(&d.x, size_t(n * kl * 4)));
     CK(cudaMalloc(&d.y, size_t(n * m * 4))); CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), n) * 2));
@@ -234,7 +238,7 @@ template <class F, class B> static float best_ms(int iters, F && fn, B && before
 }
 
 static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
-    const int64_t row_bytes = kl / 256 * (k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes);
+    const int64_t row_bytes = packed_row_bytes(k, kl);
     const size_t wbytes = size_t(m * row_bytes);
     const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm);
     Dev d = timing_dev(k, m, kl, plan, rng);
@@ -258,7 +262,7 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
 // blocks where the launch allows it (gemm's FOLD), and the same splits through memory (reduce_splits).
 static void bench_prefill(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     const int n = lbq::kMaxLaunchN;
-    const int64_t row_bytes = kl / 256 * (k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes);
+    const int64_t row_bytes = packed_row_bytes(k, kl);
     const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm), apart{plan.n_split, 1 << 30};
     Dev d = timing_dev(k, m, kl, plan, rng, n);
     for (const lbq::Plan & p : {plan, apart}) {
@@ -278,7 +282,7 @@ static void profile() {
     for (const auto & sh : shapes) {
         const lbq::Plan plan = lbq::plan(int(sh.m), int(sh.kl), g_n_sm);
         Dev d = timing_dev(sh.k, sh.m, sh.kl, plan, rng);
-        const int64_t row_bytes = sh.kl / 256 * (sh.k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes);
+        const int64_t row_bytes = packed_row_bytes(sh.k, sh.kl);
         for (int n : {1, 23}) run(sh.k, plan, d, sh.m, sh.kl, n, row_bytes, true);
         CK(cudaDeviceSynchronize());
         free_dev(d);
@@ -314,7 +318,7 @@ static void chain_bench(bool fused, int n, bool one_kernel) {
     std::vector<uint8_t *> ws; std::vector<float *> ys; std::vector<lbq::Plan> plans;
     for (int l = 0; l < n_layers; ++l)
         for (const Prod & p : layer) {
-            const size_t bytes = size_t(p.m * (p.k / 256) * lbq::kQ4KBytes);
+            const size_t bytes = size_t(p.m * packed_row_bytes(Kind::Q4_K, p.k));
             uint8_t * w; CK(cudaMalloc(&w, bytes)); CK(cudaMemset(w, 0, bytes)); ws.push_back(w);
             float * y; CK(cudaMalloc(&y, size_t(32 * p.m * 4))); ys.push_back(y);
             plans.push_back(lbq::plan(int(p.m), int(p.k), g_n_sm));
@@ -330,7 +334,7 @@ static void chain_bench(bool fused, int n, bool one_kernel) {
         size_t i = 0;
         for (int l = 0; l < n_layers; ++l)
             for (const Prod & p : layer) {
-                lbq::launch<Kind::Q4_K>(plans[i], ws[i], p.k / 256 * lbq::kQ4KBytes, int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
+                lbq::launch<Kind::Q4_K>(plans[i], ws[i], packed_row_bytes(Kind::Q4_K, p.k), int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
                                         tickets, ys[i], p.m, g_smem_limit, st);
                 if (p.out >= 0) {
                     ggml_cuda_kernel_launch(glue, ggml_cuda_kernel_launch_params(dim3(n), dim3(256), 0, st),

@@ -158,6 +158,8 @@ def main() -> None:
     ap.add_argument("--temperature", type=float, default=0.0, help="sample (Qwen's top-p/top-k) when > 0")
     ap.add_argument("--repeat-penalty", type=float, default=1.0)
     ap.add_argument("--kv", default="f16")
+    ap.add_argument("--ubatch", type=int, default=512,
+                    help="prefill micro-batch (512: llama-bench's default n_ubatch; the memory plan takes 2048 where it fits)")
     ap.add_argument("--draft-weights", choices=DRAFT_WEIGHTS, default="keep",
                     help="the draft's matrices as in the checkpoint or Q8_0 (lb_params.draft_weights)")
     ap.add_argument("--draft-window", type=int, default=0,
@@ -194,6 +196,7 @@ def main() -> None:
 
     invariant = not args.no_invariant
     results["batch_invariant"] = invariant
+    results["ubatch"] = args.ubatch
     h = Handle(args.target, None, max_ctx=4096, kv_type=args.kv, device=args.device, batch_invariant=invariant)
     info = h.info()
     ar = bench_ar(h, info["n_vocab"], args.n_gen, 32, rng)
@@ -216,7 +219,7 @@ def main() -> None:
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
         for ctx in ctxs:
             opts = dict(max_ctx=ctx, kv_type=args.kv, device=args.device, max_tree=max(64, args.budget + 1),
-                        draft_window=args.draft_window, draft_weights=args.draft_weights)
+                        draft_window=args.draft_window, draft_weights=args.draft_weights, ubatch=args.ubatch)
             # what lb_memory_plan predicts for this run's largest calls (no sampling tail when greedy)
             plan = memory_plan(args.target, args.draft, verify_nodes=args.budget + 1, draft_top_k=args.draft_top_k,
                                n_candidates=32 if args.temperature > 0 else 0,

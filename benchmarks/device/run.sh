@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
-#                                                serverbench attnprof onekernel lbqprof all (default: all)
+#                                                serverbench attnprof onekernel lbqprof lbqprefprof all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -147,6 +147,21 @@ stage_lbqprof() {
         "$OUT/lbq_ncu.txt" | head -120
 }
 
+stage_lbqprefprof() {
+    log "Nsight Compute on lbq's prefill products at kMaxLaunchN columns (lbq_check profile_prefill)"
+    [ -x "$WORK/lbq_check" ] || build_lbq_check || return 1
+    timeout 300 ncu --clock-control none -k regex:gemm --section SpeedOfLight --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SchedulerStats --section InstructionStats "$WORK/lbq_check" profile_prefill >"$OUT/lbq_prefill_ncu.txt" 2>&1
+    grep -E "lbq::gemm|Duration|Throughput|Pipe|Achieved Occupancy|Registers Per|Waves Per SM|Stall|Issued Warp|Active" \
+        "$OUT/lbq_prefill_ncu.txt" | head -120
+    # the hottest SASS lines of the first (ffn gate|up) launch
+    timeout 200 ncu --clock-control none -k regex:gemm --launch-count 1 --section WarpStateStats --section SourceCounters -f \
+        -o "$WORK/lbq_prefill" "$WORK/lbq_check" profile_prefill >/dev/null 2>&1 &&
+        ncu -i "$WORK/lbq_prefill.ncu-rep" --page source --csv --print-source sass >"$WORK/lbq_prefill_sass.csv" 2>&1 &&
+        python3 benchmarks/device/sass_hot.py "$WORK/lbq_prefill_sass.csv" 60 >"$OUT/lbq_prefill_sass_hot.txt" 2>&1 || true
+}
+
 wait_synth() { if [ -n "${synth_pid:-}" ]; then wait "$synth_pid"; synth_pid=; fi; }
 
 stage_bench() {
@@ -208,7 +223,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|onekernel|lbqprof) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|onekernel|lbqprof|lbqprefprof) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

@@ -6,8 +6,8 @@
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
-//   lbq_check [check | chain | profile]: the checks only, the layer chains only, one launch per decode shape at
-//   1 and 23 columns (for Nsight Compute); default: checks, benches (decode shapes at 1..32 columns, prefill
+//   lbq_check [check | chain | profile | profile_prefill]: the checks only, the layer chains only, one launch per
+//   decode shape at 1 and 23 columns, or per prefill shape at kMaxLaunchN columns (both for Nsight Compute); default: checks, benches (decode shapes at 1..32 columns, prefill
 //   products at 512), chains
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -133,7 +133,8 @@ static float * alloc_part(const lbq::Plan & p, int64_t m, int n_max = 32) {
 }
 
 // Columns the checks multiply at most: past kMaxN a launch has several column groups, and with a forced split
-// (a Plan without slots) it folds its splits in each block (gemm's FOLD).
+// (a Plan without slots) it folds its splits in each block (gemm's FOLD); past kWideN a Q4_K launch with a
+// forced split runs wide (8 n-tiles a block) where the GPU's shared memory allows it.
 constexpr int kCheckN = 96;
 
 static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & rng) {
@@ -192,7 +193,10 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
             std::printf("check %s m=%lld k=%lld row+%lld split=%d n=%2d%s: max rel err %.2e, column 0 bitwise equal to n=1: %s, "
                         "fused == separate: %s %s\n",
                         k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad, plan.n_split, n,
-                        lbq::folds(plan, int(m), n) ? " (folded)" : "", rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO",
+                        k == Kind::Q4_K && lbq::wide<Kind::Q4_K>(plan, int(m), n, g_smem_limit) ? " (wide)"
+                        : lbq::folds(plan, int(m), n)                                           ? " (folded)"
+                                                                                                : "",
+                        rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO",
                         ok ? "ok" : "FAIL");
         }
         cudaFree(d.part);
@@ -258,17 +262,19 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     free_dev(d);
 }
 
-// A prefill micro-batch's product (kMaxLaunchN columns, one launch): the shape's plan with its splits folded in the
-// blocks where the launch allows it (gemm's FOLD), and the same splits through memory (reduce_splits).
-static void bench_prefill(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
-    const int n = lbq::kMaxLaunchN;
+// A prefill micro-batch's product (n columns, one launch): the shape's plan with its splits folded in the blocks
+// where the launch allows it (gemm's FOLD; wide: 8 n-tiles a block), and the same splits through memory
+// (reduce_splits, 4 n-tiles).
+static void bench_prefill(Kind k, int64_t m, int64_t kl, int n, std::mt19937 & rng) {
     const int64_t row_bytes = packed_row_bytes(k, kl);
     const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm), apart{plan.n_split, 1 << 30};
     Dev d = timing_dev(k, m, kl, plan, rng, n);
     for (const lbq::Plan & p : {plan, apart}) {
         const float best = best_ms(6, [&] { run(k, p, d, m, kl, n, row_bytes, false); }, [](int) {});
-        std::printf("prefill %s split=%d m=%6lld k=%5lld n=%d %s: %8.1f us  %5.0f TFLOP/s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
-                    p.n_split, (long long)m, (long long)kl, n, lbq::folds(p, int(m), n) ? "folded       " : "through memory",
+        const bool wide = k == Kind::Q4_K && lbq::wide<Kind::Q4_K>(p, int(m), n, g_smem_limit);
+        std::printf("prefill %s split=%d m=%6lld k=%5lld n=%4d %s: %8.1f us  %5.0f TFLOP/s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
+                    p.n_split, (long long)m, (long long)kl, n,
+                    wide ? "wide          " : lbq::folds(p, int(m), n) ? "folded        " : "through memory",
                     best * 1e3, 2.0 * m * kl * n / (best * 1e-3) / 1e12);
     }
     free_dev(d);
@@ -284,6 +290,21 @@ static void profile() {
         Dev d = timing_dev(sh.k, sh.m, sh.kl, plan, rng);
         const int64_t row_bytes = packed_row_bytes(sh.k, sh.kl);
         for (int n : {1, 23}) run(sh.k, plan, d, sh.m, sh.kl, n, row_bytes, true);
+        CK(cudaDeviceSynchronize());
+        free_dev(d);
+    }
+}
+
+// One launch per prefill shape at kMaxLaunchN columns (the shape's plan, folded where the launch allows), for
+// Nsight Compute.
+static void profile_prefill() {
+    std::mt19937 rng(7);
+    const struct { Kind k; int64_t m, kl; } shapes[] = {{Kind::Q4_K, 34816, 5120}, {Kind::Q4_K, 5120, 17408},
+                                                       {Kind::Q6_K, 10240, 5120}};
+    for (const auto & sh : shapes) {
+        const lbq::Plan plan = lbq::plan(int(sh.m), int(sh.kl), g_n_sm);
+        Dev d = timing_dev(sh.k, sh.m, sh.kl, plan, rng, lbq::kMaxLaunchN);
+        run(sh.k, plan, d, sh.m, sh.kl, lbq::kMaxLaunchN, packed_row_bytes(sh.k, sh.kl), false);
         CK(cudaDeviceSynchronize());
         free_dev(d);
     }
@@ -378,6 +399,10 @@ int main(int argc, char ** argv) {
         profile();
         return 0;
     }
+    if (argc > 1 && std::strcmp(argv[1], "profile_prefill") == 0) {
+        profile_prefill();
+        return 0;
+    }
     auto chains = [] {
         chain_bench(false, 23, true);
         chain_bench(true, 23, true);
@@ -408,12 +433,14 @@ int main(int argc, char ** argv) {
     bench(Kind::Q6_K, 248320, 5120, rng);
     // the 27B's stacked prefill products: DeltaNet qkv|z|beta|alpha, ffn gate|up, attention q|k|v, ffn down,
     // DeltaNet out
-    bench_prefill(Kind::Q4_K, 16480, 5120, rng);
-    bench_prefill(Kind::Q4_K, 34816, 5120, rng);
-    bench_prefill(Kind::Q4_K, 14336, 5120, rng);
-    bench_prefill(Kind::Q6_K, 10240, 5120, rng);
-    bench_prefill(Kind::Q4_K, 5120, 17408, rng);
-    bench_prefill(Kind::Q4_K, 5120, 6144, rng);
+    for (int n : {512, lbq::kMaxLaunchN}) {
+        bench_prefill(Kind::Q4_K, 16480, 5120, n, rng);
+        bench_prefill(Kind::Q4_K, 34816, 5120, n, rng);
+        bench_prefill(Kind::Q4_K, 14336, 5120, n, rng);
+        bench_prefill(Kind::Q6_K, 10240, 5120, n, rng);
+        bench_prefill(Kind::Q4_K, 5120, 17408, n, rng);
+        bench_prefill(Kind::Q4_K, 5120, 6144, n, rng);
+    }
     chains();
     return bad ? 1 : 0;
 }

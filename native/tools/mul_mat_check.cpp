@@ -70,7 +70,10 @@ int main(int argc, char ** argv) {
                           {GGML_TYPE_Q8_0, 1024, 300}, {GGML_TYPE_F16, 512, 200}, {GGML_TYPE_BF16, 512, 200},
                           {GGML_TYPE_BF16, 2560, 256},
                           // 66 row tiles at k split 2: launches of 257 and 300 columns fold the splits in their blocks
-                          {GGML_TYPE_Q4_K, 2048, 8448}};
+                          {GGML_TYPE_Q4_K, 2048, 8448},
+                          // 132 row tiles at k split 2: on an H100 launches of 257 and 300 columns run wide (8 n-tiles a
+                          // block) and fold, those of 100 fold at 4 n-tiles
+                          {GGML_TYPE_Q4_K, 2048, 16896}};
     for (const Case & c : cases) {
         std::vector<float> wf(size_t(c.k * c.m));
         for (float & v : wf) v = nd(rng) / std::sqrt(float(c.k));

@@ -177,7 +177,17 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
                 CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy((fused ? y : y_sep).data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
             }
-            const bool same_paths = std::memcmp(y.data(), y_sep.data(), y.size() * 4) == 0;
+            bool same_paths = std::memcmp(y.data(), y_sep.data(), y.size() * 4) == 0;
+            // 8 n-tiles with the splits through memory (wide_apart's launch; the forced plans here always fold)
+            if (k == Kind::Q4_K && n > lbq::kWideN && plan.n_split > 1 &&
+                size_t(lbq::smem_bytes<Kind::Q4_K, false, 2>(8)) <= g_smem_limit) {
+                CK(cudaMemset(d.y, 0xff, ref.size() * 4));
+                lbq::launch_staged<Kind::Q4_K, 8, false, false>(g_smem_limit, d.w, row_bytes, int(m), int(kl), d.x, kl, n,
+                                                                plan.n_split, d.xp, d.part, nullptr, d.y, m, 0);
+                CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(y_sep.data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
+                same_paths = same_paths && std::memcmp(y.data(), y_sep.data(), y.size() * 4) == 0;
+            }
             double maxd = 0, maxr = 0;
             for (int c = 0; c < n; ++c)
                 for (int64_t r = 0; r < m; ++r) {
@@ -191,7 +201,7 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
             const bool ok = rel < 3e-3 && inv && same_paths && std::isfinite(rel);
             bad += !ok;
             std::printf("check %s m=%lld k=%lld row+%lld split=%d n=%2d%s: max rel err %.2e, column 0 bitwise equal to n=1: %s, "
-                        "fused == separate: %s %s\n",
+                        "fused == separate (and wide folded == through memory): %s %s\n",
                         k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad, plan.n_split, n,
                         k == Kind::Q4_K && lbq::wide<Kind::Q4_K>(plan, int(m), n, g_smem_limit) ? " (wide)"
                         : lbq::folds(plan, int(m), n)                                           ? " (folded)"
@@ -276,6 +286,16 @@ static void bench_prefill(Kind k, int64_t m, int64_t kl, int n, std::mt19937 & r
                     p.n_split, (long long)m, (long long)kl, n,
                     wide ? "wide          " : lbq::folds(p, int(m), n) ? "folded        " : "through memory",
                     best * 1e3, 2.0 * m * kl * n / (best * 1e-3) / 1e12);
+    }
+    // Q4_K at 8 n-tiles with the splits through memory (no launch takes this path today): where too few 64-column
+    // groups leave a wide fold under two waves (the 5120-row matrices at 512 columns), would it still pay?
+    if (k == Kind::Q4_K && plan.n_split > 1 && size_t(lbq::smem_bytes<Kind::Q4_K, false, 2>(8)) <= g_smem_limit) {
+        const float best = best_ms(6, [&] {
+            lbq::launch_staged<Kind::Q4_K, 8, false, false>(g_smem_limit, d.w, row_bytes, int(m), int(kl), d.x, kl, n,
+                                                            plan.n_split, d.xp, d.part, nullptr, d.y, m, 0);
+        }, [](int) {});
+        std::printf("prefill q4_K split=%d m=%6lld k=%5lld n=%4d 8 n-tiles, through memory: %8.1f us  %5.0f TFLOP/s\n",
+                    plan.n_split, (long long)m, (long long)kl, n, best * 1e3, 2.0 * m * kl * n / (best * 1e-3) / 1e12);
     }
     free_dev(d);
 }

@@ -7,8 +7,8 @@
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
 //   lbq_check [check | chain | profile | profile_prefill]: the checks only, the layer chains only, one launch per
-//   decode shape at 1 and 23 columns, or per prefill shape at kMaxLaunchN columns (both for Nsight Compute); default: checks, benches (decode shapes at 1..32 columns, prefill
-//   products at 512), chains
+//   decode shape at 1 and 23 columns, or per prefill shape at kMaxLaunchN columns (both for Nsight Compute);
+//   default: checks, benches (decode shapes at 1..32 columns, prefill products at 512 and kMaxLaunchN), chains
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -272,29 +272,32 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     free_dev(d);
 }
 
-// A prefill micro-batch's product (n columns, one launch): the shape's plan with its splits folded in the blocks
-// where the launch allows it (gemm's FOLD; wide: 8 n-tiles a block), and the same splits through memory
-// (reduce_splits, 4 n-tiles).
+// How lbq::launch runs a Q4_K / Q6_K launch of n > 32 columns.
+static const char * launch_kind(Kind k, const lbq::Plan & p, int64_t m, int n) {
+    if (k == Kind::Q4_K && lbq::wide<Kind::Q4_K>(p, int(m), n, g_smem_limit)) return "wide, folded             ";
+    if (k == Kind::Q4_K && lbq::wide_apart<Kind::Q4_K>(p, int(m), n, g_smem_limit)) return "wide, through memory     ";
+    return lbq::folds(p, int(m), n) ? "4 n-tiles, folded        " : "4 n-tiles, through memory";
+}
+
+// A prefill micro-batch's product (n columns, one launch): as lbq::launch runs it with the shape's plan, the same
+// splits through memory at 4 n-tiles (reduce_splits), and for Q4_K through memory at 8 n-tiles.
 static void bench_prefill(Kind k, int64_t m, int64_t kl, int n, std::mt19937 & rng) {
     const int64_t row_bytes = packed_row_bytes(k, kl);
     const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm), apart{plan.n_split, 1 << 30};
     Dev d = timing_dev(k, m, kl, plan, rng, n);
     for (const lbq::Plan & p : {plan, apart}) {
         const float best = best_ms(6, [&] { run(k, p, d, m, kl, n, row_bytes, false); }, [](int) {});
-        const bool wide = k == Kind::Q4_K && lbq::wide<Kind::Q4_K>(p, int(m), n, g_smem_limit);
         std::printf("prefill %s split=%d m=%6lld k=%5lld n=%4d %s: %8.1f us  %5.0f TFLOP/s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
-                    p.n_split, (long long)m, (long long)kl, n,
-                    wide ? "wide          " : lbq::folds(p, int(m), n) ? "folded        " : "through memory",
-                    best * 1e3, 2.0 * m * kl * n / (best * 1e-3) / 1e12);
+                    p.n_split, (long long)m, (long long)kl, n, launch_kind(k, p, m, n), best * 1e3,
+                    2.0 * m * kl * n / (best * 1e-3) / 1e12);
     }
-    // Q4_K at 8 n-tiles with the splits through memory (no launch takes this path today): where too few 64-column
-    // groups leave a wide fold under two waves (the 5120-row matrices at 512 columns), would it still pay?
+    // Q4_K at 8 n-tiles with the splits through memory (the launch wide_apart picks), for every shape
     if (k == Kind::Q4_K && plan.n_split > 1 && size_t(lbq::smem_bytes<Kind::Q4_K, false, 2>(8)) <= g_smem_limit) {
         const float best = best_ms(6, [&] {
             lbq::launch_staged<Kind::Q4_K, 8, false, false>(g_smem_limit, d.w, row_bytes, int(m), int(kl), d.x, kl, n,
                                                             plan.n_split, d.xp, d.part, nullptr, d.y, m, 0);
         }, [](int) {});
-        std::printf("prefill q4_K split=%d m=%6lld k=%5lld n=%4d 8 n-tiles, through memory: %8.1f us  %5.0f TFLOP/s\n",
+        std::printf("prefill q4_K split=%d m=%6lld k=%5lld n=%4d 8 n-tiles, through memory (forced): %8.1f us  %5.0f TFLOP/s\n",
                     plan.n_split, (long long)m, (long long)kl, n, best * 1e3, 2.0 * m * kl * n / (best * 1e-3) / 1e12);
     }
     free_dev(d);

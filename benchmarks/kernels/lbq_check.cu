@@ -128,6 +128,20 @@ static void run(Kind k, const lbq::Plan & p, const Dev & d, int64_t m, int64_t k
     else lbq::launch<Kind::Q6_K>(p, d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.part, t, d.y, m, g_smem_limit, 0);
 }
 
+// Q4_K at 8 n-tiles with the plan's splits through memory: the launch lbq's wide_apart picks, forced (the checks'
+// forced plans always fold a wide launch).
+static void run_wide_apart(const lbq::Plan & p, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
+    lbq::launch_staged<Kind::Q4_K, 8, false, false>(g_smem_limit, d.w, row_bytes, int(m), int(kl), d.x, kl, n, p.n_split,
+                                                    d.xp, d.part, nullptr, d.y, m, 0);
+}
+
+// How lbq::launch runs a launch of n > kMaxN columns.
+static const char * launch_kind(Kind k, const lbq::Plan & p, int64_t m, int n) {
+    if (k == Kind::Q4_K && lbq::wide<Kind::Q4_K>(p, int(m), n, g_smem_limit)) return "wide, folded";
+    if (k == Kind::Q4_K && lbq::wide_apart<Kind::Q4_K>(p, int(m), n, g_smem_limit)) return "wide, through memory";
+    return lbq::folds(p, int(m), n) ? "4 n-tiles, folded" : "4 n-tiles, through memory";
+}
+
 static float * alloc_part(const lbq::Plan & p, int64_t m, int n_max = 32) {
     float * part; CK(cudaMalloc(&part, size_t(std::max<int64_t>(1, lbq::part_floats(p, int(m), n_max))) * 4)); return part;
 }
@@ -138,12 +152,11 @@ static float * alloc_part(const lbq::Plan & p, int64_t m, int n_max = 32) {
 constexpr int kCheckN = 96;
 
 static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & rng) {
-    const int bb = block_bytes(k);
     // row_pad > 0 puts rows at a stride that is not a whole number of blocks (Q6_K: 2-byte aligned rows)
-    const int64_t row_bytes = kl / 256 * bb + row_pad;
+    const int64_t packed_bytes = packed_row_bytes(k, kl), row_bytes = packed_bytes + row_pad;
     std::vector<uint8_t> packed = random_blocks(k, m, kl, rng);
     std::vector<uint8_t> w(size_t(m * row_bytes), 0);
-    for (int64_t r = 0; r < m; ++r) std::memcpy(&w[size_t(r * row_bytes)], &packed[size_t(r * (kl / 256) * bb)], size_t(kl / 256 * bb));
+    for (int64_t r = 0; r < m; ++r) std::memcpy(&w[size_t(r * row_bytes)], &packed[size_t(r * packed_bytes)], size_t(packed_bytes));
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> x(static_cast<size_t>(kCheckN * kl));
     for (auto & v : x) v = nd(rng);
@@ -178,12 +191,9 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
                 CK(cudaMemcpy((fused ? y : y_sep).data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
             }
             bool same_paths = std::memcmp(y.data(), y_sep.data(), y.size() * 4) == 0;
-            // 8 n-tiles with the splits through memory (wide_apart's launch; the forced plans here always fold)
-            if (k == Kind::Q4_K && n > lbq::kWideN && plan.n_split > 1 &&
-                size_t(lbq::smem_bytes<Kind::Q4_K, false, 2>(8)) <= g_smem_limit) {
+            if (k == Kind::Q4_K && n > lbq::kWideN && plan.n_split > 1 && lbq::wide_fits(g_smem_limit)) {
                 CK(cudaMemset(d.y, 0xff, ref.size() * 4));
-                lbq::launch_staged<Kind::Q4_K, 8, false, false>(g_smem_limit, d.w, row_bytes, int(m), int(kl), d.x, kl, n,
-                                                                plan.n_split, d.xp, d.part, nullptr, d.y, m, 0);
+                run_wide_apart(plan, d, m, kl, n, row_bytes);
                 CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(y_sep.data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
                 same_paths = same_paths && std::memcmp(y.data(), y_sep.data(), y.size() * 4) == 0;
@@ -200,14 +210,11 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
             else inv = std::memcmp(col0_alone.data(), y.data(), size_t(m) * 4) == 0;
             const bool ok = rel < 3e-3 && inv && same_paths && std::isfinite(rel);
             bad += !ok;
-            std::printf("check %s m=%lld k=%lld row+%lld split=%d n=%2d%s: max rel err %.2e, column 0 bitwise equal to n=1: %s, "
-                        "fused == separate (and wide folded == through memory): %s %s\n",
+            std::printf("check %s m=%lld k=%lld row+%lld split=%d n=%2d%s%s%s: max rel err %.2e, column 0 bitwise equal to "
+                        "n=1: %s, fused == separate (and wide folded == through memory): %s %s\n",
                         k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad, plan.n_split, n,
-                        k == Kind::Q4_K && lbq::wide<Kind::Q4_K>(plan, int(m), n, g_smem_limit) ? " (wide)"
-                        : lbq::folds(plan, int(m), n)                                           ? " (folded)"
-                                                                                                : "",
-                        rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO",
-                        ok ? "ok" : "FAIL");
+                        n > lbq::kMaxN ? " (" : "", n > lbq::kMaxN ? launch_kind(k, plan, m, n) : "", n > lbq::kMaxN ? ")" : "",
+                        rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO", ok ? "ok" : "FAIL");
         }
         cudaFree(d.part);
         d.part = nullptr;
@@ -272,13 +279,6 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     free_dev(d);
 }
 
-// How lbq::launch runs a Q4_K / Q6_K launch of n > 32 columns.
-static const char * launch_kind(Kind k, const lbq::Plan & p, int64_t m, int n) {
-    if (k == Kind::Q4_K && lbq::wide<Kind::Q4_K>(p, int(m), n, g_smem_limit)) return "wide, folded             ";
-    if (k == Kind::Q4_K && lbq::wide_apart<Kind::Q4_K>(p, int(m), n, g_smem_limit)) return "wide, through memory     ";
-    return lbq::folds(p, int(m), n) ? "4 n-tiles, folded        " : "4 n-tiles, through memory";
-}
-
 // A prefill micro-batch's product (n columns, one launch): as lbq::launch runs it with the shape's plan, the same
 // splits through memory at 4 n-tiles (reduce_splits), and for Q4_K through memory at 8 n-tiles.
 static void bench_prefill(Kind k, int64_t m, int64_t kl, int n, std::mt19937 & rng) {
@@ -287,16 +287,13 @@ static void bench_prefill(Kind k, int64_t m, int64_t kl, int n, std::mt19937 & r
     Dev d = timing_dev(k, m, kl, plan, rng, n);
     for (const lbq::Plan & p : {plan, apart}) {
         const float best = best_ms(6, [&] { run(k, p, d, m, kl, n, row_bytes, false); }, [](int) {});
-        std::printf("prefill %s split=%d m=%6lld k=%5lld n=%4d %s: %8.1f us  %5.0f TFLOP/s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
+        std::printf("prefill %s split=%d m=%6lld k=%5lld n=%4d %-25s: %8.1f us  %5.0f TFLOP/s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
                     p.n_split, (long long)m, (long long)kl, n, launch_kind(k, p, m, n), best * 1e3,
                     2.0 * m * kl * n / (best * 1e-3) / 1e12);
     }
     // Q4_K at 8 n-tiles with the splits through memory (the launch wide_apart picks), for every shape
-    if (k == Kind::Q4_K && plan.n_split > 1 && size_t(lbq::smem_bytes<Kind::Q4_K, false, 2>(8)) <= g_smem_limit) {
-        const float best = best_ms(6, [&] {
-            lbq::launch_staged<Kind::Q4_K, 8, false, false>(g_smem_limit, d.w, row_bytes, int(m), int(kl), d.x, kl, n,
-                                                            plan.n_split, d.xp, d.part, nullptr, d.y, m, 0);
-        }, [](int) {});
+    if (k == Kind::Q4_K && plan.n_split > 1 && lbq::wide_fits(g_smem_limit)) {
+        const float best = best_ms(6, [&] { run_wide_apart(plan, d, m, kl, n, row_bytes); }, [](int) {});
         std::printf("prefill q4_K split=%d m=%6lld k=%5lld n=%4d 8 n-tiles, through memory (forced): %8.1f us  %5.0f TFLOP/s\n",
                     plan.n_split, (long long)m, (long long)kl, n, best * 1e3, 2.0 * m * kl * n / (best * 1e-3) / 1e12);
     }

@@ -128,17 +128,32 @@ static void run(Kind k, const lbq::Plan & p, const Dev & d, int64_t m, int64_t k
     else lbq::launch<Kind::Q6_K>(p, d.w, row_bytes, int(m), int(kl), d.x, kl, n, d.xp, d.part, t, d.y, m, g_smem_limit, 0);
 }
 
-// Q4_K at 8 n-tiles with the plan's splits through memory: the launch lbq's wide_apart picks, forced (the checks'
-// forced plans always fold a wide launch).
-static void run_wide_apart(const lbq::Plan & p, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
-    lbq::launch_staged<Kind::Q4_K, 8, false, false>(g_smem_limit, d.w, row_bytes, int(m), int(kl), d.x, kl, n, p.n_split,
-                                                    d.xp, d.part, nullptr, d.y, m, 0);
+// A wide launch (Q4_K: 8 n-tiles, Q6_K: 6) with the plan's splits through memory: the launch lbq's wide_apart picks,
+// forced (the checks' forced plans always fold a wide launch).
+template <Kind K>
+static void run_wide_apart_k(const lbq::Plan & p, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
+    lbq::launch_staged<K, lbq::Traits<K>::wide_tiles, false, false>(g_smem_limit, d.w, row_bytes, int(m), int(kl), d.x, kl,
+                                                                   n, p.n_split, d.xp, d.part, nullptr, d.y, m, 0);
+}
+static void run_wide_apart(Kind k, const lbq::Plan & p, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
+    if (k == Kind::Q4_K) run_wide_apart_k<Kind::Q4_K>(p, d, m, kl, n, row_bytes);
+    else run_wide_apart_k<Kind::Q6_K>(p, d, m, kl, n, row_bytes);
+}
+
+// Whether a launch of n columns with the plan's splits can run wide with them through memory (run_wide_apart).
+static bool can_wide_apart(Kind k, const lbq::Plan & p, int n) {
+    return p.n_split > 1 && (k == Kind::Q4_K ? n > lbq::wide_cols<Kind::Q4_K>() && lbq::wide_fits<Kind::Q4_K>(g_smem_limit)
+                                             : n > lbq::wide_cols<Kind::Q6_K>() && lbq::wide_fits<Kind::Q6_K>(g_smem_limit));
 }
 
 // How lbq::launch runs a launch of n > kMaxN columns.
 static const char * launch_kind(Kind k, const lbq::Plan & p, int64_t m, int n) {
-    if (k == Kind::Q4_K && lbq::wide<Kind::Q4_K>(p, int(m), n, g_smem_limit)) return "wide, folded";
-    if (k == Kind::Q4_K && lbq::wide_apart<Kind::Q4_K>(p, int(m), n, g_smem_limit)) return "wide, through memory";
+    const bool wide = k == Kind::Q4_K ? lbq::wide<Kind::Q4_K>(p, int(m), n, g_smem_limit)
+                                      : lbq::wide<Kind::Q6_K>(p, int(m), n, g_smem_limit);
+    const bool apart = k == Kind::Q4_K ? lbq::wide_apart<Kind::Q4_K>(p, int(m), n, g_smem_limit)
+                                       : lbq::wide_apart<Kind::Q6_K>(p, int(m), n, g_smem_limit);
+    if (wide) return "wide, folded";
+    if (apart) return "wide, through memory";
     return lbq::folds(p, int(m), n) ? "4 n-tiles, folded" : "4 n-tiles, through memory";
 }
 
@@ -147,8 +162,8 @@ static float * alloc_part(const lbq::Plan & p, int64_t m, int n_max = 32) {
 }
 
 // Columns the checks multiply at most: past kMaxN a launch has several column groups, and with a forced split
-// (a Plan without slots) it folds its splits in each block (gemm's FOLD); past kWideN a Q4_K launch with a
-// forced split runs wide (8 n-tiles a block) where the GPU's shared memory allows it.
+// (a Plan without slots) it folds its splits in each block (gemm's FOLD); past wide_cols a launch with a forced
+// split runs wide (Q4_K: 8 n-tiles a block, Q6_K: 6) where the GPU's shared memory allows it.
 constexpr int kCheckN = 96;
 
 static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & rng) {
@@ -182,7 +197,7 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
         if (plan.n_split > kl / 256) continue;
         d.part = alloc_part(plan, m, kCheckN);
         std::vector<float> col0_alone;
-        for (int n : {1, 2, 7, 8, 9, 16, 23, 32, 33, 96}) {
+        for (int n : {1, 2, 7, 8, 9, 16, 23, 32, 33, 57, 96}) {
             std::vector<float> y(static_cast<size_t>(n * m)), y_sep(y.size());
             for (bool fused : {false, true}) {  // fused: one kernel where n <= 8 (the same call as ggml's)
                 CK(cudaMemset(d.y, 0xff, ref.size() * 4));
@@ -191,9 +206,9 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
                 CK(cudaMemcpy((fused ? y : y_sep).data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
             }
             bool same_paths = std::memcmp(y.data(), y_sep.data(), y.size() * 4) == 0;
-            if (k == Kind::Q4_K && n > lbq::kWideN && plan.n_split > 1 && lbq::wide_fits(g_smem_limit)) {
+            if (can_wide_apart(k, plan, n)) {
                 CK(cudaMemset(d.y, 0xff, ref.size() * 4));
-                run_wide_apart(plan, d, m, kl, n, row_bytes);
+                run_wide_apart(k, plan, d, m, kl, n, row_bytes);
                 CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(y_sep.data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
                 same_paths = same_paths && std::memcmp(y.data(), y_sep.data(), y.size() * 4) == 0;
@@ -280,7 +295,7 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
 }
 
 // A prefill micro-batch's product (n columns, one launch): as lbq::launch runs it with the shape's plan, the same
-// splits through memory at 4 n-tiles (reduce_splits), and for Q4_K through memory at 8 n-tiles.
+// splits through memory at 4 n-tiles (reduce_splits), and wide with them through memory.
 static void bench_prefill(Kind k, int64_t m, int64_t kl, int n, std::mt19937 & rng) {
     const int64_t row_bytes = packed_row_bytes(k, kl);
     const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm), apart{plan.n_split, 1 << 30};
@@ -291,11 +306,12 @@ static void bench_prefill(Kind k, int64_t m, int64_t kl, int n, std::mt19937 & r
                     p.n_split, (long long)m, (long long)kl, n, launch_kind(k, p, m, n), best * 1e3,
                     2.0 * m * kl * n / (best * 1e-3) / 1e12);
     }
-    // Q4_K at 8 n-tiles with the splits through memory (the launch wide_apart picks), for every shape
-    if (k == Kind::Q4_K && plan.n_split > 1 && lbq::wide_fits(g_smem_limit)) {
-        const float best = best_ms(6, [&] { run_wide_apart(plan, d, m, kl, n, row_bytes); }, [](int) {});
-        std::printf("prefill q4_K split=%d m=%6lld k=%5lld n=%4d 8 n-tiles, through memory (forced): %8.1f us  %5.0f TFLOP/s\n",
-                    plan.n_split, (long long)m, (long long)kl, n, best * 1e3, 2.0 * m * kl * n / (best * 1e-3) / 1e12);
+    // wide with the splits through memory (the launch wide_apart picks), for every shape
+    if (can_wide_apart(k, plan, n)) {
+        const float best = best_ms(6, [&] { run_wide_apart(k, plan, d, m, kl, n, row_bytes); }, [](int) {});
+        std::printf("prefill %s split=%d m=%6lld k=%5lld n=%4d wide, through memory (forced): %8.1f us  %5.0f TFLOP/s\n",
+                    k == Kind::Q4_K ? "q4_K" : "q6_K", plan.n_split, (long long)m, (long long)kl, n, best * 1e3,
+                    2.0 * m * kl * n / (best * 1e-3) / 1e12);
     }
     free_dev(d);
 }
@@ -452,13 +468,14 @@ int main(int argc, char ** argv) {
     bench(Kind::Q6_K, 10240, 5120, rng);
     bench(Kind::Q6_K, 248320, 5120, rng);
     // the 27B's stacked prefill products: DeltaNet qkv|z|beta|alpha, ffn gate|up, attention q|k|v, ffn down,
-    // DeltaNet out
+    // DeltaNet out, and the Q6_K ones of Q4_K_M's "more bits" layers (DeltaNet qkv, ffn down)
     for (int n : {512, lbq::kMaxLaunchN}) {
         bench_prefill(Kind::Q4_K, 16480, 5120, n, rng);
         bench_prefill(Kind::Q4_K, 34816, 5120, n, rng);
         bench_prefill(Kind::Q4_K, 14336, 5120, n, rng);
         bench_prefill(Kind::Q6_K, 10240, 5120, n, rng);
         bench_prefill(Kind::Q4_K, 5120, 17408, n, rng);
+        bench_prefill(Kind::Q6_K, 5120, 17408, n, rng);
         bench_prefill(Kind::Q4_K, 5120, 6144, n, rng);
     }
     chains();

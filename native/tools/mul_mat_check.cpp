@@ -76,7 +76,10 @@ int main(int argc, char ** argv) {
                           {GGML_TYPE_Q4_K, 2048, 16896},
                           // 40 row tiles at k split 6: on an H100 launches of 257 and 300 columns run at 8 n-tiles with
                           // their splits through memory (lbq's wide_apart)
-                          {GGML_TYPE_Q4_K, 6144, 5120}};
+                          {GGML_TYPE_Q4_K, 6144, 5120},
+                          // Q6_K, 132 row tiles at k split 2: on an H100 launches of 257 and 300 columns run wide (6
+                          // n-tiles a block) and fold, those of 100 run wide with their splits through memory
+                          {GGML_TYPE_Q6_K, 2048, 16896}};
     for (const Case & c : cases) {
         std::vector<float> wf(size_t(c.k * c.m));
         for (float & v : wf) v = nd(rng) / std::sqrt(float(c.k));

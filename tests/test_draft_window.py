@@ -94,6 +94,32 @@ def test_wrapped_ring_equals_a_fresh_prefill(engines, tiny_pair):
     np.testing.assert_array_equal(after_steps[1], after_prefill[1])
 
 
+@pytest.mark.parametrize("ubatch", [7, 32, 512])
+def test_long_prefill_leaves_the_ring_of_short_ones(tiny_pair, ubatch):
+    # one prefill of 100 tokens through a ring of 24 does not project the 76 that later tokens of the same call
+    # push out (micro-batches of 7 straddle that boundary); its state, draft ring included, and its proposals
+    # equal those of prefills of at most W tokens each, which project every token
+    target, draft = tiny_pair
+    prompt = np.asarray(make_prompt(100, seed=8), np.int32)
+    got = {}
+    for splits in ([100], [20] * 5, [24, 24, 24, 24, 4]):
+        with Handle(target, draft, max_ctx=512, draft_window=24, ubatch=ubatch, device=0 if DEVICE == "cuda" else -1,
+                    n_threads=1) as h:
+            at, last = 0, 0
+            for n in splits:
+                last = h.prefill(prompt[at:at + n])
+                at += n
+            rows = h.info()["block_size"] - 1
+            ids, logp = np.zeros((rows, 4), np.int32), np.zeros((rows, 4), np.float32)
+            h.draft(last, ids, logp)
+            got[tuple(splits)] = (h.state_save().tobytes(), ids, logp)
+    (want_state, want_ids, want_logp), *others = got.values()
+    for state, ids, logp in others:
+        assert state == want_state
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(logp, want_logp)
+
+
 def test_snapshot_and_prefix_reuse_with_a_wrapped_ring(engines):
     e = engines[24]
     prompt = make_prompt(70, seed=5)

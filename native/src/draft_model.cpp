@@ -178,8 +178,9 @@ void DraftModel::compute(ggml_cgraph * gf, const char * what) {
 // ---------------------------------------------------------------------------------------------
 // append: features -> per-layer context K/V rows
 
-void DraftModel::append(const std::vector<ggml_tensor *> & feats, const int32_t * rows, int32_t n) {
+void DraftModel::append(const std::vector<ggml_tensor *> & feats, const int32_t * rows, int32_t n, int32_t unread) {
     if (n < 0) throw Error(LB_E_INVALID_ARG, "draft: negative token count");
+    if (unread < 0 || unread > n) throw Error(LB_E_INVALID_ARG, "draft: unread tokens outside [0, n]");
     int64_t width = 0;
     for (const ggml_tensor * f : feats) {
         if (!f || !f->buffer) throw Error(LB_E_INVALID_ARG, "draft: feature tensor is not allocated");
@@ -202,7 +203,11 @@ void DraftModel::append(const std::vector<ggml_tensor *> & feats, const int32_t 
         std::iota(all.begin(), all.end(), 0);
         rows = all.data();
     }
-    for (int32_t done = 0; done < n;) {
+    // their slots are marked empty: should a later micro-batch of the prefill fail before overwriting them, the
+    // windowed layers hide the older rows left there (full-attention layers see them: acceptance only)
+    for (int32_t i = std::max(0, unread - ctx_size_); i < unread; ++i) slot_pos_[size_t((n_past_ + i) % ctx_size_)] = -1;
+    n_past_ += unread;
+    for (int32_t done = unread; done < n;) {
         const int32_t slot = n_past_ % ctx_size_;
         const int32_t take = std::min({n - done, kAppendChunk, ctx_size_ - slot});
         append_chunk(&feats, rows + done, nullptr, take);

@@ -115,8 +115,10 @@ public:
     // feats: tensors whose ne0 add up to n_feat, in target_layer_ids order (one per captured
     //   layer [n_embd, N], or one [n_feat, N]); F32/F16/BF16; column c = captured token c.
     // rows: which n columns to take, in commit order (e.g. a verify tree's accepted path);
-    //   nullptr = columns 0..n-1. Throws Error(LB_E_INVALID_ARG / LB_E_BACKEND).
-    void append(const std::vector<ggml_tensor *> & feats, const int32_t * rows, int32_t n);
+    //   nullptr = columns 0..n-1. unread: the first `unread` of the n tokens no proposal will read (later
+    //   tokens of the same prefill take their slots first): they advance the context unprojected.
+    //   Throws Error(LB_E_INVALID_ARG / LB_E_BACKEND).
+    void append(const std::vector<ggml_tensor *> & feats, const int32_t * rows, int32_t n, int32_t unread = 0);
     // Same from host memory: feats[t * n_feat + f], token-major, layers concatenated in order.
     void append_host(const float * feats, int32_t n);
 

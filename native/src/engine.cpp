@@ -44,7 +44,7 @@ void lb_engine::load_draft(const std::string & dir, const lb::DraftOptions & opt
     t.n_layer = model->hp.n_layer;
     draft = lb::DraftModel::load(dir, backend.get(), t, options);
     set_capture_layers(draft->config().target_layer_ids);
-    on_commit = [this](const int32_t * rows, int32_t n) { draft->append(cache.capture, rows, n); };
+    on_commit = [this](const int32_t * rows, int32_t n, int32_t unread) { draft->append(cache.capture, rows, n, unread); };
     on_reset = [this] { draft->reset(); };
 }
 
@@ -232,6 +232,9 @@ void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, flo
     if (sampling) sample_inputs_.check(*sampling, 1, model->hp.n_vocab);
     verify_pending_ = false;
     sampled_rows_ = 0;
+    // a prompt longer than the draft's window: its first tokens leave the draft's ring to later tokens of this
+    // call before any proposal reads them, so the draft does not project them (a 32K prompt: 28K of its tokens)
+    const int32_t unread = draft ? std::max(0, n - draft->ctx_size()) : 0;
 
     for (int32_t off = 0; off < n; off += ubatch) {
         const int32_t nc = std::min(ubatch, n - off);
@@ -247,7 +250,7 @@ void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, flo
             ggml_backend_tensor_get(g.logits, logits + int64_t(off) * n_vocab, 0, size_t(nc) * size_t(n_vocab) * sizeof(float));
         }
         n_past += nc;
-        if (on_commit) on_commit(nullptr, nc);
+        if (on_commit) on_commit(nullptr, nc, std::clamp(unread - off, 0, nc));
         if (off + nc == n) {
             ggml_backend_tensor_get(g.argmax, out_next, size_t(g.n_out - 1) * sizeof(int32_t), sizeof(int32_t));
         }
@@ -272,5 +275,5 @@ void lb_engine::step(int32_t tok, int32_t * out_next, const lb_sampling * sampli
     run_sampled(g, sampling, {&tok, nullptr, 1}, 1, "step");
     ggml_backend_tensor_get(g.argmax, out_next, 0, sizeof(int32_t));
     n_past += 1;
-    if (on_commit) on_commit(nullptr, 1);
+    if (on_commit) on_commit(nullptr, 1, 0);
 }

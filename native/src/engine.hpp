@@ -13,10 +13,12 @@
 //                                        stream after target layer l_j (0-based) to cache.capture[j], an f32
 //                                        [n_embd, capture_rows] tensor on the backend (column t = token t of
 //                                        the last forward: prefill micro-batch, step, or verify node t)
-//   on_commit(rows, n)                   called after tokens are committed: rows == nullptr means columns
+//   on_commit(rows, n, unread)           called after tokens are committed: rows == nullptr means columns
 //                                        0..n-1 of cache.capture (prefill micro-batch / step); otherwise
 //                                        rows[i] is the capture column of the i-th committed token (the
-//                                        accepted path of a verify). Matches DraftModel::append(feats, rows, n).
+//                                        accepted path of a verify); the first `unread` of them no draft
+//                                        proposal will read (later tokens of the same prefill take their
+//                                        ring slots). Matches DraftModel::append(feats, rows, n, unread).
 //   on_reset()                           called by reset() (forget the draft context too)
 #pragma once
 
@@ -69,7 +71,7 @@ struct lb_engine {
     int32_t n_past = 0;  // P: committed tokens
 
     // --- hooks for the draft ---------------------------------------------------------------
-    std::function<void(const int32_t * rows, int32_t n)> on_commit;
+    std::function<void(const int32_t * rows, int32_t n, int32_t unread)> on_commit;
     std::function<void()> on_reset;
 
     void load(const lb_params & p);

@@ -106,5 +106,5 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
     sampled_rows_ = 0;
     n_past += n_path;
     verify_pending_ = false;
-    if (on_commit) on_commit(path, n_path);
+    if (on_commit) on_commit(path, n_path, 0);
 }

@@ -58,7 +58,7 @@ int run(int argc, char ** argv) {
     // the hook copies the committed columns of every capture tensor to the host, in commit order
     const int32_t n_embd = e.model->hp.n_embd;
     std::vector<float> out, col(static_cast<size_t>(n_embd));
-    e.on_commit = [&](const int32_t * rows, int32_t n) {
+    e.on_commit = [&](const int32_t * rows, int32_t n, int32_t /* unread: 0 without a draft */) {
         for (int32_t i = 0; i < n; ++i) {
             const int32_t c = rows ? rows[i] : i;
             for (ggml_tensor * t : e.cache.capture) {

@@ -142,8 +142,8 @@ static void run_wide_apart(Kind k, const lbq::Plan & p, const Dev & d, int64_t m
 
 // Whether a launch of n columns with the plan's splits can run wide with them through memory (run_wide_apart).
 static bool can_wide_apart(Kind k, const lbq::Plan & p, int n) {
-    return p.n_split > 1 && (k == Kind::Q4_K ? n > lbq::wide_cols<Kind::Q4_K>() && lbq::wide_fits<Kind::Q4_K>(g_smem_limit)
-                                             : n > lbq::wide_cols<Kind::Q6_K>() && lbq::wide_fits<Kind::Q6_K>(g_smem_limit));
+    return p.n_split > 1 && (k == Kind::Q4_K ? lbq::wide_possible<Kind::Q4_K>(n, g_smem_limit)
+                                             : lbq::wide_possible<Kind::Q6_K>(n, g_smem_limit));
 }
 
 // How lbq::launch runs a launch of n > kMaxN columns.

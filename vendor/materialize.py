@@ -174,15 +174,21 @@ def apply_patches(ggml_dir: Path) -> None:
         print(f"materialize: applied {p.name}", flush=True)
 
 
-def materialize(sdist_arg: str | None, dest: Path, with_llama: bool, force: bool) -> Path:
+def up_to_date(dest: Path, with_llama: bool) -> bool:
+    """Whether `dest` holds the pinned sdist with today's patch series (and llama.cpp if asked)."""
     stamp_file = dest / "stamp.json"
+    if not stamp_file.is_file():
+        return False
+    have, want = json.loads(stamp_file.read_text()), stamp_for(SDIST_SHA256, with_llama)
+    return have == want or (not with_llama and ggml_part(have) == want)
+
+
+def materialize(sdist_arg: str | None, dest: Path, with_llama: bool, force: bool) -> Path:
     # The stamp records the pinned hash, so an up-to-date tree needs no sdist: this is what lets a
     # carried vendor/src serve an offline machine.
+    if not force and up_to_date(dest, with_llama):
+        return dest
     want = stamp_for(SDIST_SHA256, with_llama)
-    if not force and stamp_file.is_file():
-        have = json.loads(stamp_file.read_text())
-        if have == want or (not with_llama and ggml_part(have) == want):
-            return dest
     sdist = find_or_download_sdist(sdist_arg)
     sdist_sha = sha256_of(sdist)
     if sdist_sha != SDIST_SHA256:
@@ -208,8 +214,16 @@ def main() -> None:
     ap.add_argument("--dest", default=str(DEFAULT_DEST), help="output folder (default vendor/src)")
     ap.add_argument("--with-llama", action="store_true", help="also extract llama.cpp (for llama-bench)")
     ap.add_argument("--force", action="store_true", help="re-extract even if up to date")
+    ap.add_argument("--check", action="store_true",
+                    help="only say whether the tree is up to date with vendor/patches (exit 1 if not)")
     args = ap.parse_args()
     dest = Path(args.dest).resolve()
+    if args.check:
+        # an offline machine (the lent GPU) cannot re-materialize: a stale carried tree would build old sources
+        if not up_to_date(dest, args.with_llama):
+            fail(f"{dest} is missing or older than vendor/patches; run `python3 vendor/materialize.py"
+                 f"{' --with-llama' if args.with_llama else ''}` where the network is (and carry the result)")
+        return
     dest.parent.mkdir(parents=True, exist_ok=True)
     materialize(args.sdist, dest, args.with_llama, args.force)
 

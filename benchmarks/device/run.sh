@@ -202,6 +202,9 @@ stage_pair() {
 }
 
 setup_python
+# the machine is offline: a carried vendor/src older than vendor/patches would build old sources (and the
+# tests' own materialize call would fail), so stop before spending the lease
+python3 vendor/materialize.py --check || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(all)

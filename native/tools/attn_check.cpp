@@ -12,9 +12,10 @@
 //   prefill        each query of a causal 300-query batch equals the query alone, and the key length
 //                  padded by masked rows changes nothing;
 //   vs CPU         the result is within rounding of ggml's CPU flash attention.
-// The checks run with GGML_CUDA_INVARIANT_WALK_BLOCKS=32 (unless set): the trees and prefill batches then
-// walk segments of chunks in one block (the way long prompts and deep trees run) while the single queries
-// they are compared with do not; the timings run with the default rule.
+// The checks run with GGML_CUDA_INVARIANT_WALK_BLOCKS=32 (unless set): a grid of at least 32 one-chunk blocks
+// walks segments of chunks (the way long prompts and deep trees run), so the trees and prefill batches walk
+// while the shallower single queries they are compared with do not (the deeper ones walk too; then a tree
+// node's scattered chunk is chained by the merge, its AR step's by the walking block). Timings: default rule.
 #include "compute_once.hpp"
 #include "ggml-cpu.h"
 #ifdef LUCEBOX_WITH_CUDA

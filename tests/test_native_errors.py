@@ -122,6 +122,14 @@ def test_bad_params(good):
     assert err.status == E_INVALID_ARG and "max_ctx" in str(err)
 
 
+@pytest.mark.skipif(DEVICE < 0, reason="a CUDA limit: the CPU's attention takes any context")
+def test_context_beyond_the_attention_reach(good):
+    # 2^24 tokens pass the argument check but are more key rows than the batch-invariant attention's merge
+    # holds (~5.9M on an H100): refused at load, naming the most it takes, before any cache is allocated
+    err = load_error(good, max_ctx=1 << 24)
+    assert err.status == E_UNSUPPORTED and "batch-invariant attention" in str(err) and "lower max_ctx" in str(err)
+
+
 def test_bad_draft_weights(good):
     with pytest.raises(ValueError, match="draft_weights must be one of keep, q8_0; got 'q4'"):
         Handle(good, draft_weights="q4", device=DEVICE)

@@ -7,6 +7,7 @@
 
 #include "caches.hpp"
 #include "error.hpp"
+#include "layers.hpp"
 #include "ggml-cpp.h"
 #ifdef LUCEBOX_WITH_CUDA
 #include "ggml-cuda.h"
@@ -101,6 +102,23 @@ void check_kv_types(ggml_backend_dev_t dev, const TargetHparams & hp, ggml_type 
                                       ggml_type_name(type_v) + " has no attention kernel on " +
                                       ggml_backend_dev_name(dev) + "; supported K/V pairs: " +
                                       (pairs.empty() ? "none" : pairs));
+}
+
+void check_attention_reach(ggml_backend_dev_t dev, const TargetHparams & hp, int32_t max_ctx) {
+#ifdef LUCEBOX_WITH_CUDA
+    if (hp.n_attn_layers() == 0 || device_is_cpu(dev)) return;
+    ggml_backend_reg_t reg = ggml_backend_cuda_reg();
+    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
+        if (ggml_backend_reg_dev_get(reg, i) != dev) continue;
+        const int64_t reach = ggml_backend_cuda_invariant_attention_max_keys(int(i));
+        const int64_t most = reach / kKvPad * kKvPad;  // the largest max_ctx whose padded rows fit
+        check(pad_kv_rows(max_ctx) <= reach, LB_E_UNSUPPORTED,
+              "max_ctx " + std::to_string(max_ctx) + " is more than the batch-invariant attention on " +
+                  ggml_backend_dev_name(dev) + " takes (" + std::to_string(most) + " tokens); lower max_ctx");
+    }
+#else
+    (void) dev; (void) hp; (void) max_ctx;
+#endif
 }
 
 // ggml-cuda kernels are instantiated for these sizes only (and abort on others).

@@ -25,7 +25,7 @@ void lb_engine::load(const lb_params & p) {
     model = lb::load_target(target_path, backend.get(), backend.is_cpu());
     if (!backend.is_cpu()) lb::check_cuda_shapes(model->hp);
     lb::check_kv_types(ggml_backend_get_device(backend.get()), model->hp, type_k, type_v);
-    lb::check_attention_reach(ggml_backend_get_device(backend.get()), model->hp, max_ctx);
+    lb::check_attention_reach(ggml_backend_get_device(backend.get()), model->hp, p);
     lb::cache_layout(cache, model->hp, max_ctx, type_k, type_v, max_tree);
     lb::cache_alloc(cache, backend.get());
     lb::log_msg(LB_LOG_INFO, "caches: %.1f MiB (%d KV rows, K %s, V %s)", double(cache.bytes()) / (1 << 20),

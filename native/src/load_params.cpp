@@ -104,9 +104,10 @@ void check_kv_types(ggml_backend_dev_t dev, const TargetHparams & hp, ggml_type 
                                       (pairs.empty() ? "none" : pairs));
 }
 
-void check_attention_reach(ggml_backend_dev_t dev, const TargetHparams & hp, int32_t max_ctx) {
+void check_attention_reach(ggml_backend_dev_t dev, const TargetHparams & hp, const lb_params & p) {
 #ifdef LUCEBOX_WITH_CUDA
-    if (hp.n_attn_layers() == 0 || device_is_cpu(dev)) return;
+    if (p.batch_invariant == 0 || hp.n_attn_layers() == 0 || device_is_cpu(dev)) return;
+    const int32_t max_ctx = p.max_ctx;
     ggml_backend_reg_t reg = ggml_backend_cuda_reg();
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
         if (ggml_backend_reg_dev_get(reg, i) != dev) continue;
@@ -117,7 +118,7 @@ void check_attention_reach(ggml_backend_dev_t dev, const TargetHparams & hp, int
                   ggml_backend_dev_name(dev) + " takes (" + std::to_string(most) + " tokens); lower max_ctx");
     }
 #else
-    (void) dev; (void) hp; (void) max_ctx;
+    (void) dev; (void) hp; (void) p;
 #endif
 }
 

@@ -33,10 +33,11 @@ int32_t kv_type_to_lb(ggml_type t);
 // a K cache of type_k with a V cache of type_v, naming the pairs it can.
 void check_kv_types(ggml_backend_dev_t dev, const TargetHparams & hp, ggml_type type_k, ggml_type type_v);
 
-// Throws Error(LB_E_UNSUPPORTED) when a context of max_ctx tokens has more key rows than `dev`'s
+// Throws Error(LB_E_UNSUPPORTED) when a context of p.max_ctx tokens has more key rows than `dev`'s
 // batch-invariant attention takes (ggml-cuda: what its merge step's shared memory holds, ~5.9M keys on an
-// H100, ~2.5M on an RTX 3090 / 4090 / 5090), naming the most it takes.
-void check_attention_reach(ggml_backend_dev_t dev, const TargetHparams & hp, int32_t max_ctx);
+// H100, ~2.5M on an RTX 3090 / 4090 / 5090), naming the most it takes; ggml's own kernels (batch_invariant
+// 0) have no such bound.
+void check_attention_reach(ggml_backend_dev_t dev, const TargetHparams & hp, const lb_params & p);
 
 // Throws Error(LB_E_UNSUPPORTED) for DeltaNet shapes ggml-cuda has no kernel for.
 void check_cuda_shapes(const TargetHparams & hp);

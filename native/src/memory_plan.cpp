@@ -62,7 +62,7 @@ lb_memory plan_memory(const lb_params & p, const lb_plan_shape & s) {
     out.weights = int64_t(weights);
     if (!is_cpu) check_cuda_shapes(hp);
     check_kv_types(dev, hp, type_k, type_v);
-    check_attention_reach(dev, hp, p.max_ctx);
+    check_attention_reach(dev, hp, p);
     TargetCache cache;
     cache_layout(cache, hp, p.max_ctx, type_k, type_v, p.max_tree);
 

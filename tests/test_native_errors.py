@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lucebox._native import Handle, NativeError, _check, _engine_p, _params, lib
+from lucebox._native import Handle, NativeError, _check, _engine_p, _params, lib, memory_plan
 from lucebox.config import MAX_TREE_LIMIT
 
 DEVICE = 0 if os.environ.get("LUCEBOX_TEST_BACKEND") == "cuda" else -1
@@ -128,6 +128,12 @@ def test_context_beyond_the_attention_reach(good):
     # holds (~5.9M on an H100): refused at load, naming the most it takes, before any cache is allocated
     err = load_error(good, max_ctx=1 << 24)
     assert err.status == E_UNSUPPORTED and "batch-invariant attention" in str(err) and "lower max_ctx" in str(err)
+    most = int(str(err).split(" takes (")[1].split(" tokens)")[0])
+    assert 1 << 20 < most < 1 << 24 and most % 256 == 0
+    # the memory plan refuses it alike (no context is laid out)
+    with pytest.raises(NativeError) as info:
+        memory_plan(good, max_ctx=1 << 24, device=DEVICE, verify_nodes=8, draft_top_k=8)
+    assert info.value.status == E_UNSUPPORTED and str(info.value) == str(err)
 
 
 def test_bad_draft_weights(good):

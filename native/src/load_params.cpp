@@ -26,20 +26,29 @@ void check_range(const char * name, int32_t v, int32_t lo, int32_t hi, const std
               std::to_string(hi) + "]" + hint);
 }
 
-// Whether ggml-cuda's batch-invariant flash attention takes this K/V pair on `dev` (mixed pairs need
-// its tensor-core path); false on any other GPU backend.
-bool invariant_attention(ggml_backend_dev_t dev, ggml_type k, ggml_type v) {
+// ggml-cuda's index of `dev`, or -1 when it is not a CUDA device (or this build has no CUDA)
+int cuda_index(ggml_backend_dev_t dev) {
 #ifdef LUCEBOX_WITH_CUDA
     ggml_backend_reg_t reg = ggml_backend_cuda_reg();
     for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
-        if (ggml_backend_reg_dev_get(reg, i) == dev) {
-            return ggml_backend_cuda_invariant_attention_supported(int(i), k, v);
-        }
+        if (ggml_backend_reg_dev_get(reg, i) == dev) return int(i);
     }
 #else
-    (void) dev; (void) k; (void) v;
+    (void) dev;
 #endif
+    return -1;
+}
+
+// Whether ggml-cuda's batch-invariant flash attention takes this K/V pair on `dev` (mixed pairs need
+// its tensor-core path); false on any other GPU backend.
+bool invariant_attention(ggml_backend_dev_t dev, ggml_type k, ggml_type v) {
+    const int i = cuda_index(dev);
+#ifdef LUCEBOX_WITH_CUDA
+    return i >= 0 && ggml_backend_cuda_invariant_attention_supported(i, k, v);
+#else
+    (void) i; (void) k; (void) v;
     return false;
+#endif
 }
 
 }  // namespace
@@ -105,20 +114,14 @@ void check_kv_types(ggml_backend_dev_t dev, const TargetHparams & hp, ggml_type 
 }
 
 void check_attention_reach(ggml_backend_dev_t dev, const TargetHparams & hp, const lb_params & p) {
+    const int i = cuda_index(dev);
+    if (p.batch_invariant == 0 || hp.n_attn_layers() == 0 || i < 0) return;
 #ifdef LUCEBOX_WITH_CUDA
-    if (p.batch_invariant == 0 || hp.n_attn_layers() == 0 || device_is_cpu(dev)) return;
-    const int32_t max_ctx = p.max_ctx;
-    ggml_backend_reg_t reg = ggml_backend_cuda_reg();
-    for (size_t i = 0; i < ggml_backend_reg_dev_count(reg); ++i) {
-        if (ggml_backend_reg_dev_get(reg, i) != dev) continue;
-        const int64_t reach = ggml_backend_cuda_invariant_attention_max_keys(int(i));
-        const int64_t most = reach / kKvPad * kKvPad;  // the largest max_ctx whose padded rows fit
-        check(pad_kv_rows(max_ctx) <= reach, LB_E_UNSUPPORTED,
-              "max_ctx " + std::to_string(max_ctx) + " is more than the batch-invariant attention on " +
-                  ggml_backend_dev_name(dev) + " takes (" + std::to_string(most) + " tokens); lower max_ctx");
-    }
-#else
-    (void) dev; (void) hp; (void) p;
+    const int64_t reach = ggml_backend_cuda_invariant_attention_max_keys(i);
+    const int64_t most = reach / kKvPad * kKvPad;  // the largest max_ctx whose padded rows fit
+    check(pad_kv_rows(p.max_ctx) <= reach, LB_E_UNSUPPORTED,
+          "max_ctx " + std::to_string(p.max_ctx) + " is more than the batch-invariant attention on " +
+              ggml_backend_dev_name(dev) + " takes (" + std::to_string(most) + " tokens); lower max_ctx");
 #endif
 }
 

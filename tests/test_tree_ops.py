@@ -248,6 +248,31 @@ def test_gdn_tree_chain_equals_stock(tmp_path, S, H_k, H_v, n, n_seqs, K, kda):
     assert_close(y, gdn_reference(arrays)[0], TOL, "y vs reference")
 
 
+def read_back_tokens(parents: np.ndarray) -> list[int]:
+    """Tokens whose state a later token other than the next one starts from (a branch switch reads it back)."""
+    n = parents.shape[-1]
+    return [t for t in range(n) if any(np.any(parents[..., u] == t) for u in range(t + 2, n))]
+
+
+@pytest.mark.parametrize("S,H_v,n,shape", [(128, 6, 23, "random"), (32, 4, 40, "deep"), (16, 2, 17, "wide"),
+                                           (64, 2, 12, "chain")])
+def test_gdn_tree_branch_states_only(tmp_path, S, H_v, n, shape):
+    """branch_states_only (as the engine runs the op): the same y bit for bit, and the states it reads back."""
+    rng = np.random.default_rng(31 + n)
+    parents = {"random": lambda: random_tree(rng, n, 8), "deep": lambda: deep_tree(rng, n),
+               "wide": lambda: np.full(n, -1, np.int32), "chain": lambda: chain_tree(n)}[shape]()
+    spec, arrays = gdn_case(rng, S, 2, H_v, n, parents=parents)
+    full = run_case(tmp_path / "all", {**spec, "op": "gdn_tree"}, arrays)["out"]
+    some = run_case(tmp_path / "some", {**spec, "op": "gdn_tree", "branch_states_only": 1}, arrays)["out"]
+    y, states = split_tree_out(full, S, H_v, n, 1)
+    y_some, states_some = split_tree_out(some, S, H_v, n, 1)
+    assert_close(y_some, y.astype(np.float64), 0.0, "y, branch states only vs all states")
+    kept = read_back_tokens(parents)
+    assert (shape in ("random", "deep")) == bool(kept), f"{shape} tree: read-back tokens {kept}"
+    for t in kept:
+        assert_close(states_some[:, t], states[:, t].astype(np.float64), 0.0, f"state of token {t}")
+
+
 # --- ssm_conv_tree ----------------------------------------------------------------------------
 
 def conv_case(rng, d_conv, ch, n, n_seqs, parents):

@@ -53,7 +53,9 @@ DeltaOut build_delta_core(ggml_context * ctx, const TargetHparams & hp, const Ta
     ggml_tensor * s4 = ggml_reshape_4d(ctx, ssm_state, S, S, Hv, 1);
 
     // Both ops pack y first: [S*Hv, n] rows; the chain op then holds the final state.
-    ggml_tensor * r = parents ? ggml_gated_delta_net_tree(ctx, q, k, v, g4, b4, s4, parents)
+    // the tree op's per-token states are scratch here (commit replays the accepted path): only the ones it reads
+    // back on a branch switch are stored
+    ggml_tensor * r = parents ? ggml_gated_delta_net_tree(ctx, q, k, v, g4, b4, s4, parents, /*branch_states_only=*/true)
                               : ggml_gated_delta_net(ctx, q, k, v, g4, b4, s4, /*K=*/1);
     out.y = ggml_view_3d(ctx, r, S, Hv, n, S * ggml_element_size(r), S * Hv * ggml_element_size(r), 0);
     if (!parents) {

@@ -62,7 +62,8 @@ ggml_backend_ptr make_backend(const std::string & name, int n_threads) {
 // Spec keys: op (conv_tree conv_chain gdn_tree gdn_chain), S (head size), H_k, H_v, n (tokens),
 // n_seqs, qk_seqs (sequences of q/k, broadcast over n_seqs), kda (0/1: per-row gate), K (stock
 // snapshot slots), par_seqs (1: one tree for all sequences, else n_seqs), pad (extra floats after
-// each token's q/k/v heads: strided views), d_conv, ch (channels).
+// each token's q/k/v heads: strided views), branch_states_only (0/1: gdn_tree may skip the states it does
+// not read back), d_conv, ch (channels).
 struct Spec {
     std::map<std::string, int64_t> v;
     std::string op;
@@ -227,7 +228,10 @@ ggml_tensor * build_op(ggml_context * ctx, const Spec & s, const GdnInputs * gi,
     const std::string & op = s.op;
     if (op == "conv_tree")   return ggml_ssm_conv_tree(ctx, ci->sx, ci->c, ci->parents);
     if (op == "conv_chain")  return ggml_ssm_conv(ctx, ci->sx, ci->c);
-    if (op == "gdn_tree")    return ggml_gated_delta_net_tree(ctx, gi->q, gi->k, gi->v, gi->g, gi->beta, gi->state, gi->parents);
+    if (op == "gdn_tree") {
+        return ggml_gated_delta_net_tree(ctx, gi->q, gi->k, gi->v, gi->g, gi->beta, gi->state, gi->parents,
+                                         s.get("branch_states_only", 0) != 0);
+    }
     if (op == "gdn_chain")   return ggml_gated_delta_net(ctx, gi->q, gi->k, gi->v, gi->g, gi->beta, gi->state, s.get("K", 1));
     fail("unknown op '" + op + "': use conv_tree conv_chain gdn_tree gdn_chain");
 }
@@ -422,6 +426,17 @@ int cmd_bench(const std::string & backend_name, int n_threads, int reps, const s
             }
             s.op = "gdn_tree";
             row("gated_delta_net_tree", shape, time_op(backend, s, &gi, nullptr, copies, reps), gdn_bytes(s, n));
+            // as the engine runs it: only the states a branch reads back are stored
+            int64_t read_back = 0;
+            for (int64_t t = 0; t < n; ++t) {
+                bool later = false;
+                for (int64_t u = t + 2; u < n; ++u) later |= par[(size_t) u] == t;
+                read_back += later;
+            }
+            s.v["branch_states_only"] = 1;
+            row("gated_delta_net_tree, read-back states", shape, time_op(backend, s, &gi, nullptr, copies, reps),
+                gdn_bytes(s, read_back));
+            s.v.erase("branch_states_only");
         }
         stock1 = stockN = 0;
         for (const bool chain : { true, false }) {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
-#                                                serverbench attnprof onekernel lbqprof lbqprefprof all (default: all)
+#                                                serverbench attnprof onekernel lbqprof lbqprefprof stock
+#                                                all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -201,6 +202,29 @@ stage_pair() {
     python3 -m lucebox bench --device cuda --n-gen 128 --chain --json "$OUT/tiny_pair.json" 2>&1
 }
 
+# llama.cpp as its users have it: llama-bench built on the pin's stock ggml (our patches reversed; ~4.5 min).
+# bench's llama-bench links our patched ggml, whose kernels (the delta net's among them) llama.cpp then uses too.
+stage_stock() {
+    log "llama-bench on the pin's stock ggml: prefill 4K / 32K at ub 512, tg128"
+    local stock="$WORK/stock" t0=$SECONDS p
+    rm -rf "$stock" && mkdir -p "$stock" && cp -r vendor/src/ggml "$stock/ggml" && ln -s "$ROOT/vendor/src/llama.cpp" "$stock/llama.cpp"
+    for p in $(ls -r vendor/patches/*.patch); do
+        (cd "$stock/ggml" && GIT_CEILING_DIRECTORIES="$WORK" git apply -R -p1 --whitespace=nowarn "$ROOT/$p") \
+            || { echo "cannot reverse $p"; return 1; }
+    done
+    cmake -S . -B "$ROOT/build/stock" -G Ninja -DLUCEBOX_CUDA=ON -DLUCEBOX_CUDA_ARCHS=90 -DLUCEBOX_BUILD_TOOLS=ON \
+        -DLUCEBOX_GGML_DIR="$stock/ggml" -DLUCEBOX_LLAMA_DIR="$stock/llama.cpp" >"$OUT/stock_build.log" 2>&1 &&
+        cmake --build "$ROOT/build/stock" -j "$JOBS" --target llama-bench >>"$OUT/stock_build.log" 2>&1 \
+        || { tail -20 "$OUT/stock_build.log"; return 1; }
+    echo "stock build wall $((SECONDS - t0)) s"
+    wait_synth
+    local lb t="$WORK/synth-27b-q4_k_m.gguf"
+    lb="$(find "$ROOT/build/stock" -name llama-bench -type f -perm -u+x | head -1)"
+    "$lb" -m "$t" -p 4096 -n 0 -r 3 -fa 1 -b 2048 -ub 512 -o md 2>/dev/null | tee "$OUT/llama_stock.md"
+    "$lb" -m "$t" -p 32768 -n 0 -r 1 -fa 1 -b 2048 -ub 512 -o md 2>/dev/null | grep pp | tee -a "$OUT/llama_stock.md"
+    "$lb" -m "$t" -p 0 -n 128 -r 3 -fa 1 -o md 2>/dev/null | grep tg | tee -a "$OUT/llama_stock.md"
+}
+
 setup_python
 # the machine is offline: a carried vendor/src older than vendor/patches would build old sources (and the
 # tests' own materialize call would fail), so stop before spending the lease
@@ -226,7 +250,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|onekernel|lbqprof|lbqprefprof) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|onekernel|lbqprof|lbqprefprof|stock) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

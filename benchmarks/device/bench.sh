@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # GPU benchmark tables, all measured in one run on one machine:
-#   copy bandwidth, llama.cpp llama-bench tg128 vs lucebox AR on a 27B-shaped synthetic Q4_K_M,
+#   copy bandwidth, llama.cpp llama-bench tg128 (on our patched ggml, and on the stock one where `run.sh stock`
+#   built it) vs lucebox AR on a 27B-shaped synthetic Q4_K_M,
 #   per-step speculative timings (27B-shaped random BF16 draft) at 8K and 32K with the batch-invariant
 #   kernels (the default) and at 8K without them, and (LUCEBOX_BENCH_FULL=1, the default) Q8_0-KV AR and
 #   tree-op timings; (LUCEBOX_BENCH_LONG=1, the default) memory at 128K / 256K, the plan at 256K by part,
@@ -23,6 +24,9 @@ log() { echo "== $(date +%T) $*"; }
 [ -f "$T" ] || bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 || tail "$WORK/synth.log"
 
 LB="$(find "$BUILD" -name llama-bench -type f -perm -u+x | head -1)"
+# llama-bench on the pin's stock ggml, where `run.sh stock` built it earlier on this machine (LB links our
+# patched ggml, whose kernels llama.cpp then runs too)
+LB_STOCK="$(find "$ROOT/build/stock" -name llama-bench -type f -perm -u+x 2>/dev/null | head -1)"
 
 if [ "${LUCEBOX_BENCH_MAIN:-1}" = 1 ]; then
     log "copy bandwidth"
@@ -44,6 +48,10 @@ PY
 
     log "llama.cpp llama-bench tg128 (same pin, same ggml build)"
     "$LB" -m "$T" -ngl 99 -p 0 -n 128 -r 3 -fa 0,1 -o md 2>"$WORK/llama_bench.err"
+    if [ -n "$LB_STOCK" ]; then
+        log "llama.cpp llama-bench tg128 on the pin's stock ggml"
+        "$LB_STOCK" -m "$T" -ngl 99 -p 0 -n 128 -r 3 -fa 0,1 -o md 2>>"$WORK/llama_bench.err"
+    fi
 
     log "lucebox AR + speculative step timings (batch-invariant kernels, the default)"
     python3 benchmarks/step_bench.py --target "$T" --draft "$D" --ctx "${LUCEBOX_BENCH_CTX:-8192,32768}" --n-gen 128 --steps 10 \
@@ -84,6 +92,7 @@ print(" ".join(f"{k} {v / 2**20:.1f}" for k, v in p.items()), f"total {sum(p.val
 PY
     log "llama.cpp prefill at 32K (pp32768, f16 KV, flash attention) vs lucebox's 32K row above"
     "$LB" -m "$T" -ngl 99 -p 32768 -n 0 -r 1 -fa 1 -o md 2>>"$WORK/llama_bench.err"
+    [ -z "$LB_STOCK" ] || "$LB_STOCK" -m "$T" -ngl 99 -p 32768 -n 0 -r 1 -fa 1 -o md 2>>"$WORK/llama_bench.err" | grep pp
     log "the memory planner's choice for a 24 GiB card (max_ctx auto, --vram 24)"
     python3 -m lucebox run --target "$T" --draft "$D" --device cuda --vram 24 --max-ctx auto -n 4 -p "hello" 2>&1 | tail -15
 fi

@@ -203,7 +203,8 @@ stage_pair() {
 }
 
 # llama.cpp as its users have it: llama-bench built on the pin's stock ggml (our patches reversed; ~4.5 min).
-# bench's llama-bench links our patched ggml, whose kernels (the delta net's among them) llama.cpp then uses too.
+# bench's llama-bench links our patched ggml, whose kernels (the delta net's among them) llama.cpp then uses too;
+# `run.sh stock all` puts the stock numbers next to them (bench then runs both).
 stage_stock() {
     log "llama-bench on the pin's stock ggml: prefill 4K / 32K at ub 512, tg128"
     local stock="$WORK/stock" t0=$SECONDS p
@@ -219,6 +220,7 @@ stage_stock() {
     echo "stock build wall $((SECONDS - t0)) s"
     wait_synth
     local lb t="$WORK/synth-27b-q4_k_m.gguf"
+    [ -f "$t" ] || bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 || { tail "$WORK/synth.log"; return 1; }
     lb="$(find "$ROOT/build/stock" -name llama-bench -type f -perm -u+x | head -1)"
     "$lb" -m "$t" -p 4096 -n 0 -r 3 -fa 1 -b 2048 -ub 512 -o md 2>/dev/null | tee "$OUT/llama_stock.md"
     "$lb" -m "$t" -p 32768 -n 0 -r 1 -fa 1 -b 2048 -ub 512 -o md 2>/dev/null | grep pp | tee -a "$OUT/llama_stock.md"

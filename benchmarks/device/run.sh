@@ -81,7 +81,7 @@ stage_kernels() {
 }
 
 stage_mulmat() {
-    log "ggml-cuda vs the CPU backend: quantized mat-mul (mul_mat_check), top-k (top_k_check), copies (copy_ops_check)"
+    log "ggml-cuda vs the CPU backend: quantized mat-mul (mul_mat_check), top-k (top_k_check), copies, concat, argmax (small_ops_check)"
     local rc=0 mode
     for mode in default invariant; do
         echo "mul_mat_check $mode"
@@ -95,7 +95,7 @@ stage_mulmat() {
     grep -E "FAIL|all ok|FAILED" "$WORK/mul_mat_check_99k.txt"
     "$BUILD/top_k_check" 2>&1 | tee -a "$OUT/mul_mat_check_default.txt" | grep -E "FAIL|all ok" || rc=1
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
-    "$BUILD/copy_ops_check" 2>&1 | tee -a "$OUT/mul_mat_check_default.txt" | grep -E "FAIL|all ok" || rc=1
+    "$BUILD/small_ops_check" 2>&1 | tee -a "$OUT/mul_mat_check_default.txt" | grep -E "FAIL|all ok" || rc=1
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     log "batch-invariant flash attention: tree == AR, prefill == one query, vs CPU, timings (attn_check)"
     timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" ${LUCEBOX_ATTN_ARGS-bench} >"$OUT/attn_check.txt" 2>&1 || rc=1

@@ -1,8 +1,8 @@
-// copy_ops_check: the copies patches 0022 / 0023 move onto kernels, on the CUDA backend against the CPU
+// small_ops_check: the copies patches 0022 / 0023 move onto kernels, on the CUDA backend against the CPU
 // backend, bit for bit: same-type ggml_cpy of a whole tensor and of strided views (rows of 1 to 40960 bytes,
 // into a view of a larger tensor whose other bytes must stay as they were), and dim-0 ggml_concat whose
 // second source is a transposed matrix (the DeltaNet conv window: carried state, then the new tokens).
-//   copy_ops_check         prints one line per case; exit 1 if any result is off
+//   small_ops_check         prints one line per case; exit 1 if any result is off
 #include "compute_once.hpp"
 #include "ggml-cpu.h"
 #ifdef LUCEBOX_WITH_CUDA
@@ -62,6 +62,14 @@ Built concat_window(ggml_context * ctx, ggml_cgraph * g, std::mt19937 & rng, ggm
     return {{{state, random_bytes(state, rng)}, {wide, random_bytes(wide, rng)}}, out};
 }
 
+// ggml_argmax of [n_cols, n_rows] normal values (ties have probability ~0: argmax_ties_ok plants them)
+Built argmax_rows(ggml_context * ctx, ggml_cgraph * g, std::mt19937 & rng, int64_t n_cols, int64_t n_rows) {
+    ggml_tensor * x = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_cols, n_rows);
+    ggml_tensor * out = ggml_argmax(ctx, x);
+    ggml_build_forward_expand(g, out);
+    return {{{x, random_bytes(x, rng)}}, out};
+}
+
 struct Case {
     const char * name;
     Built (*build)(ggml_context *, ggml_cgraph *, std::mt19937 &);
@@ -108,7 +116,35 @@ const Case kCases[] = {
     {"concat f16 3 + 33^T x 70", [](ggml_context * c, ggml_cgraph * g, std::mt19937 & r) {
          return concat_window(c, g, r, GGML_TYPE_F16, 3, 70, 33, 5);
      }},
+    // the target's logits (248320 columns) for an AR step and a verify tree; a row of one part; a ragged last part
+    {"argmax 248320 x 1", [](ggml_context * c, ggml_cgraph * g, std::mt19937 & r) { return argmax_rows(c, g, r, 248320, 1); }},
+    {"argmax 248320 x 23", [](ggml_context * c, ggml_cgraph * g, std::mt19937 & r) { return argmax_rows(c, g, r, 248320, 23); }},
+    {"argmax 8192 x 3", [](ggml_context * c, ggml_cgraph * g, std::mt19937 & r) { return argmax_rows(c, g, r, 8192, 3); }},
+    {"argmax 20001 x 2", [](ggml_context * c, ggml_cgraph * g, std::mt19937 & r) { return argmax_rows(c, g, r, 20001, 2); }},
 };
+
+// Ties on the CUDA backend: the lowest of the maximal columns, in one part and across parts
+bool argmax_ties_ok(ggml_backend_t cuda) {
+    const int64_t n_cols = 248320, n_rows = 3;
+    const int64_t planted[n_rows][3] = {{100, 70000, 200000}, {8191, 8192, 16384}, {248319, 248318, 5}};
+    std::vector<float> x(size_t(n_cols * n_rows), 0.0f);
+    std::mt19937 rng(3);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (float & v : x) v = nd(rng);
+    for (int64_t r = 0; r < n_rows; ++r) {
+        for (const int64_t col : planted[r]) x[size_t(r * n_cols + col)] = 5.0f;
+    }
+    ggml_init_params ip = {ggml_tensor_overhead() * 4 + ggml_graph_overhead(), nullptr, true};
+    const ggml_context_ptr owned(ggml_init(ip));
+    ggml_context * ctx = owned.get();
+    ggml_tensor * t = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_cols, n_rows);
+    ggml_tensor * out = ggml_argmax(ctx, t);
+    ggml_cgraph * g = ggml_new_graph(ctx);
+    ggml_build_forward_expand(g, out);
+    int32_t got[n_rows];
+    compute_once(cuda, ctx, g, {{t, x.data()}}, out, got);
+    return got[0] == 100 && got[1] == 8191 && got[2] == 5;
+}
 
 std::vector<unsigned char> run(ggml_backend_t backend, const Case & c) {
     ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, true};
@@ -132,13 +168,13 @@ std::vector<unsigned char> run(ggml_backend_t backend, const Case & c) {
 
 int main() {
 #ifndef LUCEBOX_WITH_CUDA
-    std::fprintf(stderr, "copy_ops_check: this build has no CUDA (configure with -DLUCEBOX_CUDA=ON)\n");
+    std::fprintf(stderr, "small_ops_check: this build has no CUDA (configure with -DLUCEBOX_CUDA=ON)\n");
     return 2;
 #else
     const ggml_backend_ptr cpu_owned(ggml_backend_cpu_init()), cuda_owned(ggml_backend_cuda_init(0));
     ggml_backend_t cpu = cpu_owned.get(), cuda = cuda_owned.get();
     if (!cpu || !cuda) {
-        std::fprintf(stderr, "copy_ops_check: cannot start the CPU or CUDA backend\n");
+        std::fprintf(stderr, "small_ops_check: cannot start the CPU or CUDA backend\n");
         return 2;
     }
     int bad = 0;
@@ -147,6 +183,9 @@ int main() {
         bad += !ok;
         std::printf("%-44s: %s\n", c.name, ok ? "ok" : "FAIL");
     }
+    const bool ties = argmax_ties_ok(cuda);
+    bad += !ties;
+    std::printf("%-44s: %s\n", "argmax ties: lowest column", ties ? "ok" : "FAIL");
     std::printf(bad ? "FAILED: %d cases\n" : "all ok\n", bad);
     return bad ? 1 : 0;
 #endif

@@ -4,8 +4,10 @@ torch.profiler (which records every kernel of the process, ggml's included).
 
     python benchmarks/profile_step.py --target T.gguf --draft DIR [--ctx 8192] [--budget 22]
 
-For each stage: wall ms per call, summed kernel ms per call (the gap is launch/host time), and the
-kernels that take the most time, grouped by a shortened name. Speed only: random weights.
+For each stage: wall ms per call, summed kernel ms per call (the gap is launch/host time), the
+kernels that take the most time, grouped by a shortened name, and the same time by component (issue 20's
+table: launches, ms, and for the target's quantized products the weight bytes a call streams, GB/s and
+the share of the measured copy bandwidth). Speed only: random weights.
 """
 from __future__ import annotations
 
@@ -20,6 +22,62 @@ from torch.profiler import ProfilerActivity, profile
 
 from lucebox import ddtree
 from lucebox._native import Handle
+from step_bench import weight_bytes_per_token
+
+# A decode step's kernels by component, first match wins (short names; the invariant attention's kernels live in
+# an anonymous namespace, which the profiler names "")
+COMPONENTS = [
+    ("K-quant products (lbq::gemm)", r"^lbq::gemm"),
+    ("their split sums / activation passes", r"^lbq::"),
+    ("other products (mmf, mmvq, mmq)", r"^(mul_mat|quantize_)"),
+    ("attention", r"^$|flash_attn|fattn"),
+    ("delta net and conv", r"gated_delta_net|ssm_conv"),
+    ("norms", r"norm"),
+    ("copies, concat, rows", r"cpy|concat|[Mm]emcpy|get_rows|set_rows"),
+    ("elementwise, rope", r"bin_bcast|unary|rope|softplus|sigmoid|silu|scale"),
+    ("selection (argmax, top-k)", r"argmax|top_k|argsort"),
+]
+
+
+def component_of(kernel: str) -> str:
+    for label, pattern in COMPONENTS:
+        if re.search(pattern, kernel):
+            return label
+    return "other"
+
+
+def copy_bandwidth_gbs(n_bytes: int = 256 << 20, reps: int = 20) -> float:
+    """Device-to-device copy speed, bytes read plus written per second (the roofline's yardstick)."""
+    a = torch.empty(n_bytes, dtype=torch.uint8, device="cuda")
+    b = torch.empty_like(a)
+    b.copy_(a)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        b.copy_(a)
+    end.record()
+    torch.cuda.synchronize()
+    return 2 * n_bytes * reps / (start.elapsed_time(end) * 1e-3) / 1e9
+
+
+def component_rows(rows: list[tuple[str, int, float]]) -> list[tuple[str, int, float]]:
+    """kernel_table rows summed by component, in COMPONENTS order (then other)."""
+    per: dict[str, list] = {label: [0, 0.0] for label, _ in COMPONENTS + [("other", "")]}
+    for k, c, t in rows:
+        per[component_of(k)][0] += c
+        per[component_of(k)][1] += t
+    return [(label, c, t) for label, (c, t) in per.items() if c > 0]
+
+
+def print_components(rows, total: float, product_bytes: int, copy_gbs: float) -> None:
+    """The stage's time by component; the products' row with the bytes they stream per call."""
+    print(f"\n| component | kernels/call | ms/call | % | GB/s | % of copy ({copy_gbs:,.0f} GB/s) |\n|---|---|---|---|---|---|")
+    for label, c, t in component_rows(rows):
+        rate = share = ""
+        if label == COMPONENTS[0][0] and product_bytes > 0 and t > 0:
+            gbs = product_bytes / (t * 1e-3) / 1e9
+            rate, share = f"{gbs:,.0f} ({product_bytes / 1e9:.2f} GB)", f"{100 * gbs / copy_gbs:.0f}%"
+        print(f"| {label} | {c} | {t:.3f} | {100 * t / max(total, 1e-9):.1f} | {rate} | {share} |")
 
 
 def short_name(name: str) -> str:
@@ -42,7 +100,8 @@ def kernel_table(prof, n_calls: int) -> tuple[float, list[tuple[str, int, float]
     return sum(r[2] for r in rows), rows
 
 
-def run_stage(label: str, fn, n_calls: int, top: int) -> None:
+def run_stage(label: str, fn, n_calls: int, top: int, product_bytes: int, copy_gbs: float) -> None:
+    """product_bytes: the weight bytes one call's K-quant products stream (0: not the target's step)."""
     fn()  # warm: graph build and CUDA-graph capture happen outside the profile
     fn()
     torch.cuda.synchronize()
@@ -55,6 +114,7 @@ def run_stage(label: str, fn, n_calls: int, top: int) -> None:
     print(f"\n### {label}: wall {wall:.2f} ms/call, kernels {total:.2f} ms/call, "
           f"{sum(r[1] for r in rows)} kernels/call")
     print_rows(rows, total, top, "ms/call")
+    print_components(rows, total, product_bytes, copy_gbs)
 
 
 def print_rows(rows, total: float, top: int, unit: str) -> None:
@@ -104,9 +164,14 @@ def main() -> None:
         def commit_only():
             h.commit(np.zeros(1, np.int32))
 
-        run_stage("AR step", ar, args.calls, args.top)
-        run_stage("draft", draft, args.calls, args.top)
-        run_stage(f"verify({args.budget}) + commit(1)", verify, args.calls, args.top)
+        copy_gbs = copy_bandwidth_gbs()
+        weights = weight_bytes_per_token(args.target)
+        print(f"copy bandwidth {copy_gbs:,.0f} GB/s; the target's weights {weights / 1e9:.2f} GB a step "
+              f"(roofline {copy_gbs * 1e9 / weights:.1f} steps/s)")
+        run_stage("AR step", ar, args.calls, args.top, weights, copy_gbs)
+        run_stage("draft", draft, args.calls, args.top, 0, copy_gbs)
+        # the commit replays the accepted path's recurrence only (no products): the weights stream once
+        run_stage(f"verify({args.budget}) + commit(1)", verify, args.calls, args.top, weights, copy_gbs)
         # commit alone, after an unprofiled verify each time
         h.verify(tree.tokens, tree.parents, argmax[:n])
         commit_only()

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
-#                                                serverbench attnprof onekernel lbqprof lbqprefprof stock
+#                                                serverbench attnprof ab lbqprof lbqprefprof stock
 #                                                all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
@@ -182,18 +182,28 @@ stage_serverbench() {
         --device cuda --prompt-tokens 16384 --n-gen 128 --json "$OUT/server_bench.json" 2>&1 | tail -12
 }
 
-stage_onekernel() {
-    log "one-kernel lbq launches on / off (GGML_CUDA_LBQ_ONE_KERNEL) and the batch-dependent kernels, interleaved"
+# Interleaved A/B of the decode step on one warm machine (ratios hold only within one): step_bench at 8K once per
+# configuration per round. LUCEBOX_AB: configurations separated by ';', each environment assignments, then
+# step_bench flags (an empty one: the defaults), e.g. LUCEBOX_AB='GGML_CUDA_CPY_MEMCPY=1;' ; LUCEBOX_AB_ROUNDS
+# (default 3). The default compares lbq's one-kernel launches on / off and the batch-dependent kernels.
+stage_ab() {
+    local configs="${LUCEBOX_AB-GGML_CUDA_LBQ_ONE_KERNEL=1;GGML_CUDA_LBQ_ONE_KERNEL=0;--no-invariant}"
+    log "interleaved A/B, step_bench at 8K: $configs"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
     wait_synth
-    local r cfg
-    for r in 1 2 3; do
-        for cfg in "1 invariant" "0 invariant" "1 dependent"; do
-            set -- $cfg
-            echo "round $r: one kernel $1, $2"
-            GGML_CUDA_LBQ_ONE_KERNEL=$1 python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" \
-                --draft "$WORK/synth-27b-dflash" --ctx 8192 --n-gen 128 --steps 10 \
-                $([ "$2" = dependent ] && echo --no-invariant) 2>&1 | grep -E "^\| (AR decode|8192)"
+    local r cfg w cfgs envs flags
+    IFS=';' read -ra cfgs <<< "$configs"
+    [ "${configs: -1}" = ";" ] && cfgs+=("")  # a trailing ';' is an empty configuration (read drops it)
+    for r in $(seq "${LUCEBOX_AB_ROUNDS:-3}"); do
+        for cfg in "${cfgs[@]}"; do
+            envs=() flags=()  # leading NAME=VALUE words, then step_bench's flags and their values
+            for w in $cfg; do
+                if [ ${#flags[@]} = 0 ] && [[ $w == [A-Za-z_]*=* ]]; then envs+=("$w"); else flags+=("$w"); fi
+            done
+            echo "round $r: ${cfg:-defaults}"
+            env ${envs[@]+"${envs[@]}"} python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" \
+                --draft "$WORK/synth-27b-dflash" --ctx 8192 --n-gen 128 --steps 10 ${flags[@]+"${flags[@]}"} 2>&1 \
+                | grep -E "^\| (AR decode|8192)"
         done
     done
 }
@@ -254,7 +264,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|onekernel|lbqprof|lbqprefprof|stock) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

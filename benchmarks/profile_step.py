@@ -64,8 +64,9 @@ def component_rows(rows: list[tuple[str, int, float]]) -> list[tuple[str, int, f
     """kernel_table rows summed by component, in COMPONENTS order (then other)."""
     per: dict[str, list] = {label: [0, 0.0] for label, _ in COMPONENTS + [("other", "")]}
     for k, c, t in rows:
-        per[component_of(k)][0] += c
-        per[component_of(k)][1] += t
+        entry = per[component_of(k)]
+        entry[0] += c
+        entry[1] += t
     return [(label, c, t) for label, (c, t) in per.items() if c > 0]
 
 

@@ -110,8 +110,7 @@ stage_mulmat() {
 stage_profile() {
     log "per-kernel profile of the decode stages (27B-shaped synthetic pair)"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
-    wait_synth
-    [ -f "$WORK/synth-27b-q4_k_m.gguf" ] || bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1
+    synth_ready || return 1
     # without dependent launch: kernels then run one after another, so their times add up
     GGML_CUDA_PDL=0 python3 benchmarks/profile_step.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
         --ctx 8192 2>&1 | tee "$OUT/profile.md"
@@ -166,6 +165,13 @@ stage_lbqprefprof() {
 }
 
 wait_synth() { if [ -n "${synth_pid:-}" ]; then wait "$synth_pid"; synth_pid=; fi; }
+
+# the synthetic pair on disk: the background writer's, else written now
+synth_ready() {
+    wait_synth
+    [ -f "$WORK/synth-27b-q4_k_m.gguf" ] || bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 \
+        || { tail "$WORK/synth.log"; return 1; }
+}
 
 stage_bench() {
     log "benchmarks"
@@ -230,9 +236,8 @@ stage_stock() {
         cmake --build "$ROOT/build/stock" -j "$JOBS" --target llama-bench >>"$OUT/stock_build.log" 2>&1 \
         || { tail -20 "$OUT/stock_build.log"; return 1; }
     echo "stock build wall $((SECONDS - t0)) s"
-    wait_synth
+    synth_ready || return 1
     local lb t="$WORK/synth-27b-q4_k_m.gguf"
-    [ -f "$t" ] || bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 || { tail "$WORK/synth.log"; return 1; }
     lb="$(find "$ROOT/build/stock" -name llama-bench -type f -perm -u+x | head -1)"
     "$lb" -m "$t" -p 4096 -n 0 -r 3 -fa 1 -b 2048 -ub 512 -o md 2>/dev/null | tee "$OUT/llama_stock.md"
     "$lb" -m "$t" -p 32768 -n 0 -r 1 -fa 1 -b 2048 -ub 512 -o md 2>/dev/null | grep pp | tee -a "$OUT/llama_stock.md"

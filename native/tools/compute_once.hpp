@@ -3,8 +3,8 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <initializer_list>
 #include <utility>
+#include <vector>
 
 #include "ggml-alloc.h"  // ggml_backend_alloc_ctx_tensors
 #include "ggml-backend.h"
@@ -14,7 +14,7 @@
 // Allocates ctx's tensors on `backend`, uploads each input (tensor, its ggml_nbytes of host data),
 // computes g and copies `out` (ggml_nbytes(out) bytes) to dst. Exits the tool if the compute fails.
 inline void compute_once(ggml_backend_t backend, ggml_context * ctx, ggml_cgraph * g,
-                         std::initializer_list<std::pair<ggml_tensor *, const void *>> inputs, ggml_tensor * out,
+                         const std::vector<std::pair<ggml_tensor *, const void *>> & inputs, ggml_tensor * out,
                          void * dst) {
     const ggml_backend_buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx, backend));
     for (const auto & in : inputs) ggml_backend_tensor_set(in.first, in.second, 0, ggml_nbytes(in.first));

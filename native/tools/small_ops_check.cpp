@@ -88,7 +88,7 @@ std::vector<unsigned char> random_bytes(const ggml_tensor * t, std::mt19937 & rn
 }
 
 // A case's graph on one backend: `build` adds its tensors to ctx and its op to g and returns the tensor read back;
-// every tensor of ctx gets random bytes (the same on both backends: one seed), the graph runs, the bytes come back
+// every tensor the case created gets random bytes (the same on both backends: one seed), then compute_once
 template <typename Build>
 std::vector<unsigned char> run(ggml_backend_t backend, Build build) {
     ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, true};
@@ -96,23 +96,17 @@ std::vector<unsigned char> run(ggml_backend_t backend, Build build) {
     ggml_context * ctx = owned.get();
     ggml_cgraph * g = ggml_new_graph(ctx);
     ggml_tensor * out = build(ctx, g);
-    std::vector<ggml_tensor *> inputs;  // the tensors the case created, not the views and results the ops made
-    for (ggml_tensor * t = ggml_get_first_tensor(ctx); t != nullptr; t = ggml_get_next_tensor(ctx, t)) {
-        if (t->op == GGML_OP_NONE && t->view_src == nullptr) inputs.push_back(t);
-    }
-    const ggml_backend_buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx, backend));
     std::mt19937 rng(7);
-    for (ggml_tensor * t : inputs) {
-        const std::vector<unsigned char> b = random_bytes(t, rng);
-        ggml_backend_tensor_set(t, b.data(), 0, b.size());
+    std::vector<std::vector<unsigned char>> bytes;  // each buffer stays put when `bytes` grows (moved, not copied)
+    std::vector<std::pair<ggml_tensor *, const void *>> inputs;
+    for (ggml_tensor * t = ggml_get_first_tensor(ctx); t != nullptr; t = ggml_get_next_tensor(ctx, t)) {
+        if (t->op != GGML_OP_NONE || t->view_src != nullptr) continue;  // the ops' results and views
+        bytes.push_back(random_bytes(t, rng));
+        inputs.emplace_back(t, bytes.back().data());
     }
-    if (ggml_backend_graph_compute(backend, g) != GGML_STATUS_SUCCESS) {
-        std::fprintf(stderr, "graph compute failed on %s\n", ggml_backend_name(backend));
-        std::exit(1);
-    }
-    std::vector<unsigned char> bytes(ggml_nbytes(out));
-    ggml_backend_tensor_get(out, bytes.data(), 0, bytes.size());
-    return bytes;
+    std::vector<unsigned char> result(ggml_nbytes(out));
+    compute_once(backend, ctx, g, inputs, out, result.data());
+    return result;
 }
 
 ggml_tensor * build_copy(const CopyCase & c, ggml_context * ctx, ggml_cgraph * g) {

@@ -71,12 +71,14 @@ stage_kernels() {
     log "small-batch K-quant kernels: exactness, batch invariance, bandwidth (lbq_check)"
     build_lbq_check >"$OUT/lbq.txt" 2>&1 && "$WORK/lbq_check" >>"$OUT/lbq.txt" 2>&1
     local rc=$?
+    # the 27B's shapes at 1 / 8 / 23 / 512 columns (random weights) against the other plan, and back to back
+    "$WORK/lbq_check" engine >>"$OUT/lbq.txt" 2>&1 || rc=1
     # the layer chain again without programmatic dependent launch, for comparison
     GGML_CUDA_PDL=0 "$WORK/lbq_check" chain >>"$OUT/lbq.txt" 2>&1 || rc=1
     # the pipeline an RTX 3090 / 4090 / 5090 takes (99 KiB of shared memory per block)
     GGML_CUDA_INVARIANT_SMEM=101376 "$WORK/lbq_check" check >"$WORK/lbq_99k.txt" 2>&1 || rc=1
     sed 's/^/99k: /' "$WORK/lbq_99k.txt" >>"$OUT/lbq.txt"
-    grep -E "FAIL|bench|chain|shared memory" "$OUT/lbq.txt"
+    grep -E "FAIL|bench|chain|shared memory|engine shapes" "$OUT/lbq.txt"
     return $rc
 }
 
@@ -191,9 +193,9 @@ stage_serverbench() {
 # Interleaved A/B of the decode step on one warm machine (ratios hold only within one): step_bench at 8K once per
 # configuration per round. LUCEBOX_AB: configurations separated by ';', each environment assignments, then
 # step_bench flags (an empty one: the defaults), e.g. LUCEBOX_AB='GGML_CUDA_CPY_MEMCPY=1;' ; LUCEBOX_AB_ROUNDS
-# (default 3). The default compares lbq's one-kernel launches on / off and the batch-dependent kernels.
+# (default 3). The default compares lbq's classic split-K (wave_plan) with its default plan (slot_plan).
 stage_ab() {
-    local configs="${LUCEBOX_AB-GGML_CUDA_LBQ_ONE_KERNEL=1;GGML_CUDA_LBQ_ONE_KERNEL=0;--no-invariant}"
+    local configs="${LUCEBOX_AB-GGML_CUDA_LBQ_WAVES=1;}"
     log "interleaved A/B, step_bench at 8K: $configs"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
     wait_synth

@@ -1,12 +1,14 @@
 // Standalone check of the small-batch K-quant kernels that patch 0006 adds to ggml-cuda
 // (src/ggml-cuda/lbq-kernels.cuh in the materialized tree): results against a CPU dequantize-and-multiply
 // reference, batch invariance (a column computes to the same bits alone and in a batch), and weight
-// bandwidth at decode shapes. Correctness runs with k split 1..3 and the shape's own plan; launches of at most
+// bandwidth at decode shapes. Correctness runs with k split 1..3, with k cut where 7 and 2 x tiles + 1 even worker
+// ranges of the matrix's units cross its row tiles, and with the shape's own plan; launches of at most
 // 8 columns run both ways (fused: one kernel; separate: prepare_x, gemm, reduce_splits) and must agree bit for bit.
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
-//   lbq_check [check | chain | profile | profile_prefill]: the checks only, the layer chains only, one launch per
+//   lbq_check [check | chain | decode | profile | profile_prefill]: the checks only, the layer chains only, the
+//   decode shapes' benches at 1 and 23 columns and the chains, one launch per
 //   decode shape at 1 and 23 columns, or per prefill shape at kMaxLaunchN columns (both for Nsight Compute);
 //   default: checks, benches (decode shapes at 1..32 columns, prefill products at 512 and kMaxLaunchN), chains
 #include <cuda_fp16.h>
@@ -18,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "lbq-kernels.cuh"
@@ -133,7 +136,7 @@ static void run(Kind k, const lbq::Plan & p, const Dev & d, int64_t m, int64_t k
 template <Kind K>
 static void run_wide_apart_k(const lbq::Plan & p, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
     lbq::launch_staged<K, lbq::Traits<K>::wide_tiles, false, false>(g_smem_limit, d.w, row_bytes, int(m), int(kl), d.x, kl,
-                                                                   n, p.n_split, d.xp, d.part, nullptr, d.y, m, 0);
+                                                                   n, p, d.xp, d.part, nullptr, d.y, m, 0);
 }
 static void run_wide_apart(Kind k, const lbq::Plan & p, const Dev & d, int64_t m, int64_t kl, int n, int64_t row_bytes) {
     if (k == Kind::Q4_K) run_wide_apart_k<Kind::Q4_K>(p, d, m, kl, n, row_bytes);
@@ -142,7 +145,7 @@ static void run_wide_apart(Kind k, const lbq::Plan & p, const Dev & d, int64_t m
 
 // Whether a launch of n columns with the plan's splits can run wide with them through memory (run_wide_apart).
 static bool can_wide_apart(Kind k, const lbq::Plan & p, int n) {
-    return p.n_split > 1 && (k == Kind::Q4_K ? lbq::wide_possible<Kind::Q4_K>(n, g_smem_limit)
+    return p.cut() && (k == Kind::Q4_K ? lbq::wide_possible<Kind::Q4_K>(n, g_smem_limit)
                                              : lbq::wide_possible<Kind::Q6_K>(n, g_smem_limit));
 }
 
@@ -155,6 +158,14 @@ static const char * launch_kind(Kind k, const lbq::Plan & p, int64_t m, int n) {
     if (wide) return "wide, folded";
     if (apart) return "wide, through memory";
     return lbq::folds(p, int(m), n) ? "4 n-tiles, folded" : "4 n-tiles, through memory";
+}
+
+// How a plan cuts k: "split=s" for s even pieces a tile, else its worker ranges and the most pieces a tile has.
+static std::string plan_label(const lbq::Plan & p) {
+    char buf[64];
+    if (p.split.workers == p.split.tiles * p.max_pieces) std::snprintf(buf, sizeof buf, "split=%d", p.max_pieces);
+    else std::snprintf(buf, sizeof buf, "workers=%d pieces<=%d", p.split.workers, p.max_pieces);
+    return buf;
 }
 
 static float * alloc_part(const lbq::Plan & p, int64_t m, int n_max = 32) {
@@ -192,9 +203,16 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     int bad = 0;
-    for (int split : {1, 2, 3, 0}) {
-        const lbq::Plan plan = split ? lbq::Plan{split} : lbq::plan(int(m), int(kl), g_n_sm);
-        if (plan.n_split > kl / 256) continue;
+    const int tiles = int((m + lbq::kRows - 1) / lbq::kRows), n_sb = int(kl / lbq::kQK);
+    std::vector<lbq::Plan> plans;
+    for (int split : {1, 2, 3}) {
+        if (split <= n_sb) plans.push_back(lbq::uniform_plan(int(m), int(kl), split));
+    }
+    for (int workers : {7, 2 * tiles + 1}) {
+        if (workers <= tiles * n_sb) plans.push_back(lbq::stream_plan(int(m), int(kl), workers));
+    }
+    plans.push_back(lbq::plan(int(m), int(kl), g_n_sm));
+    for (const lbq::Plan & plan : plans) {
         d.part = alloc_part(plan, m, kCheckN);
         std::vector<float> col0_alone;
         for (int n : {1, 2, 7, 8, 9, 16, 23, 32, 33, 57, 96}) {
@@ -225,9 +243,10 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
             else inv = std::memcmp(col0_alone.data(), y.data(), size_t(m) * 4) == 0;
             const bool ok = rel < 3e-3 && inv && same_paths && std::isfinite(rel);
             bad += !ok;
-            std::printf("check %s m=%lld k=%lld row+%lld split=%d n=%2d%s%s%s: max rel err %.2e, column 0 bitwise equal to "
+            std::printf("check %s m=%lld k=%lld row+%lld %s n=%2d%s%s%s: max rel err %.2e, column 0 bitwise equal to "
                         "n=1: %s, fused == separate (and wide folded == through memory): %s %s\n",
-                        k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad, plan.n_split, n,
+                        k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad,
+                        plan_label(plan).c_str(), n,
                         n > lbq::kMaxN ? " (" : "", n > lbq::kMaxN ? launch_kind(k, plan, m, n) : "", n > lbq::kMaxN ? ")" : "",
                         rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO", ok ? "ok" : "FAIL");
         }
@@ -273,21 +292,29 @@ template <class F, class B> static float best_ms(int iters, F && fn, B && before
     return best;
 }
 
+// Column counts bench() times (`decode`: an AR step's and a verify's only, the one-column launch fused only).
+static std::vector<int> g_bench_ns = {1, 2, 4, 8, 16, 23, 32};
+static bool g_fused_only = false;
+
+// The shape's plan (slot_plan) and the fifteenth session's (wave_plan), one after the other at each column count.
 static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     const int64_t row_bytes = packed_row_bytes(k, kl);
     const size_t wbytes = size_t(m * row_bytes);
-    const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm);
-    Dev d = timing_dev(k, m, kl, plan, rng);
+    const lbq::Plan plans[2] = {lbq::slot_plan(int(m), int(kl), g_n_sm), lbq::wave_plan(int(m), int(kl), g_n_sm)};
+    Dev d = timing_dev(k, m, kl, lbq::part_floats(plans[0], int(m), 32) > lbq::part_floats(plans[1], int(m), 32) ? plans[0] : plans[1], rng);
     // a 256 MB buffer written between runs keeps the weights out of L2 (50 MB)
     void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
-    for (int n : {1, 2, 4, 8, 16, 23, 32}) {
+    for (int n : g_bench_ns) {
         for (bool fused : {false, true}) {
             if (fused && n > lbq::kFusedMaxN) continue;
-            const float best = best_ms(10, [&] { run(k, plan, d, m, kl, n, row_bytes, fused); },
-                                       [&](int it) { CK(cudaMemsetAsync(flush, it, fl)); });
-            std::printf("bench %s split=%d m=%6lld k=%5lld n=%2d %s: %8.1f us  %6.0f GB/s of weights\n",
-                        k == Kind::Q4_K ? "q4_K" : "q6_K", plan.n_split, (long long)m, (long long)kl, n,
-                        n > lbq::kFusedMaxN ? "        " : fused ? "fused   " : "separate", best * 1e3, wbytes / (best * 1e-3) / 1e9);
+            if (g_fused_only && !fused && n <= lbq::kFusedMaxN) continue;
+            for (const lbq::Plan & plan : plans) {
+                const float best = best_ms(10, [&] { run(k, plan, d, m, kl, n, row_bytes, fused); },
+                                           [&](int it) { CK(cudaMemsetAsync(flush, it, fl)); });
+                std::printf("bench %s %-22s m=%6lld k=%5lld n=%2d %s: %8.1f us  %6.0f GB/s of weights\n",
+                            k == Kind::Q4_K ? "q4_K" : "q6_K", plan_label(plan).c_str(), (long long)m, (long long)kl, n,
+                            n > lbq::kFusedMaxN ? "        " : fused ? "fused   " : "separate", best * 1e3, wbytes / (best * 1e-3) / 1e9);
+            }
         }
     }
     cudaFree(flush);
@@ -298,19 +325,21 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
 // splits through memory at 4 n-tiles (reduce_splits), and wide with them through memory.
 static void bench_prefill(Kind k, int64_t m, int64_t kl, int n, std::mt19937 & rng) {
     const int64_t row_bytes = packed_row_bytes(k, kl);
-    const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm), apart{plan.n_split, 1 << 30};
+    const lbq::Plan plan = lbq::plan(int(m), int(kl), g_n_sm);
+    lbq::Plan apart = plan;
+    apart.slots = 1 << 30;  // no launch folds
     Dev d = timing_dev(k, m, kl, plan, rng, n);
     for (const lbq::Plan & p : {plan, apart}) {
         const float best = best_ms(6, [&] { run(k, p, d, m, kl, n, row_bytes, false); }, [](int) {});
-        std::printf("prefill %s split=%d m=%6lld k=%5lld n=%4d %-25s: %8.1f us  %5.0f TFLOP/s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
-                    p.n_split, (long long)m, (long long)kl, n, launch_kind(k, p, m, n), best * 1e3,
+        std::printf("prefill %s %-22s m=%6lld k=%5lld n=%4d %-25s: %8.1f us  %5.0f TFLOP/s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
+                    plan_label(p).c_str(), (long long)m, (long long)kl, n, launch_kind(k, p, m, n), best * 1e3,
                     2.0 * m * kl * n / (best * 1e-3) / 1e12);
     }
     // wide with the splits through memory (the launch wide_apart picks), for every shape
     if (can_wide_apart(k, plan, n)) {
         const float best = best_ms(6, [&] { run_wide_apart(k, plan, d, m, kl, n, row_bytes); }, [](int) {});
-        std::printf("prefill %s split=%d m=%6lld k=%5lld n=%4d wide, through memory (forced): %8.1f us  %5.0f TFLOP/s\n",
-                    k == Kind::Q4_K ? "q4_K" : "q6_K", plan.n_split, (long long)m, (long long)kl, n, best * 1e3,
+        std::printf("prefill %s %-22s m=%6lld k=%5lld n=%4d wide, through memory (forced): %8.1f us  %5.0f TFLOP/s\n",
+                    k == Kind::Q4_K ? "q4_K" : "q6_K", plan_label(plan).c_str(), (long long)m, (long long)kl, n, best * 1e3,
                     2.0 * m * kl * n / (best * 1e-3) / 1e12);
     }
     free_dev(d);
@@ -330,6 +359,95 @@ static void profile() {
         free_dev(d);
     }
 }
+
+// The 27B's shapes at an AR step's, a verify's and a prefill micro-batch's column counts with random weights and
+// activations: the shape's plan (slot_plan) against wave_plan (other cuts, so close, not equal: rel <= 1e-2), no
+// NaN; then the one-column products launched back to back on one stream (dependent launch overlapping them, as in
+// ggml's graph) against each alone, bit for bit.
+static int engine_shapes() {
+    std::mt19937 rng(11);
+    const struct { Kind k; int64_t m, kl; } shapes[] = {{Kind::Q4_K, 16480, 5120}, {Kind::Q4_K, 5120, 6144},
+        {Kind::Q4_K, 34816, 5120}, {Kind::Q4_K, 5120, 17408}, {Kind::Q6_K, 5120, 17408}, {Kind::Q6_K, 10240, 5120},
+        {Kind::Q4_K, 14336, 5120}, {Kind::Q4_K, 48, 5120}, {Kind::Q6_K, 248320, 5120}};
+    constexpr int kN = 512;
+    int bad = 0;
+    std::vector<Dev> devs;
+    std::vector<std::vector<float>> alone;  // each shape's one-column result, launched alone
+    for (const auto & sh : shapes) {
+        const int64_t row_bytes = packed_row_bytes(sh.k, sh.kl);
+        const int n_max = sh.m > 100000 ? 23 : kN;
+        const lbq::Plan slot = lbq::slot_plan(int(sh.m), int(sh.kl), g_n_sm), wave = lbq::wave_plan(int(sh.m), int(sh.kl), g_n_sm);
+        Dev d;
+        const std::vector<uint8_t> w = random_blocks(sh.k, std::min<int64_t>(sh.m, 512), sh.kl, rng);
+        CK(cudaMalloc(&d.w, size_t(sh.m * row_bytes)));
+        for (int64_t r0 = 0; r0 < sh.m; r0 += 512)
+            CK(cudaMemcpy(d.w + r0 * row_bytes, w.data(), size_t(std::min<int64_t>(512, sh.m - r0) * row_bytes), cudaMemcpyHostToDevice));
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<float> x(size_t(n_max * sh.kl));
+        for (auto & v : x) v = nd(rng);
+        CK(cudaMalloc(&d.x, x.size() * 4)); CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+        CK(cudaMalloc(&d.y, size_t(n_max * sh.m * 4)));
+        CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(sh.kl), n_max) * 2));
+        d.part = alloc_part(lbq::part_floats(slot, int(sh.m), n_max) > lbq::part_floats(wave, int(sh.m), n_max) ? slot : wave, sh.m, n_max);
+        d.tickets = alloc_tickets();
+        for (int n : {1, 8, 23, kN}) {
+            if (n > n_max) continue;
+            std::vector<float> ys(size_t(n * sh.m)), yw(ys.size());
+            for (int which = 0; which < 2; ++which) {
+                CK(cudaMemset(d.y, 0xff, ys.size() * 4));
+                run(sh.k, which ? wave : slot, d, sh.m, sh.kl, n, row_bytes, true);
+                CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy((which ? yw : ys).data(), d.y, ys.size() * 4, cudaMemcpyDeviceToHost));
+            }
+            double maxd = 0, maxr = 0;
+            bool finite = true;
+            for (size_t i = 0; i < ys.size(); ++i) {
+                finite = finite && std::isfinite(ys[i]);
+                maxd = std::fmax(maxd, std::fabs(double(ys[i]) - yw[i]));
+                maxr = std::fmax(maxr, std::fabs(double(yw[i])));
+            }
+            const bool ok = finite && maxd <= 1e-2 * maxr;
+            bad += !ok;
+            std::printf("engine %s m=%6lld k=%5lld n=%3d %s vs %s: max diff %.2e of max %.2e%s %s\n",
+                        sh.k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)sh.m, (long long)sh.kl, n, plan_label(slot).c_str(),
+                        plan_label(wave).c_str(), maxd, maxr, finite ? "" : " (not finite)", ok ? "ok" : "FAIL");
+            if (n == 1) alone.push_back(std::vector<float>(ys.begin(), ys.end()));
+        }
+        devs.push_back(d);
+    }
+    // back to back: every shape's one-column product into its own y, no synchronisation between them
+    std::vector<float *> ys(devs.size());
+    for (size_t i = 0; i < devs.size(); ++i) CK(cudaMalloc(&ys[i], size_t(shapes[i].m * 4)));
+    unsigned int * tickets = alloc_tickets();
+    int64_t part_max = 1;  // one partial-sum buffer for all (ggml's pool hands the next product the same memory)
+    for (const auto & sh : shapes) part_max = std::max(part_max, lbq::part_floats(lbq::slot_plan(int(sh.m), int(sh.kl), g_n_sm), int(sh.m), 1));
+    float * part; CK(cudaMalloc(&part, size_t(part_max) * 4));
+    for (int rep = 0; rep < 3; ++rep) {
+        for (size_t i = 0; i < devs.size(); ++i) {
+            const auto & sh = shapes[i];
+            Dev d = devs[i];
+            d.y = ys[i];
+            d.part = part;
+            d.tickets = tickets;  // one set for the stream, as ggml's
+            run(sh.k, lbq::slot_plan(int(sh.m), int(sh.kl), g_n_sm), d, sh.m, sh.kl, 1, packed_row_bytes(sh.k, sh.kl), true);
+        }
+    }
+    CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+    for (size_t i = 0; i < devs.size(); ++i) {
+        std::vector<float> y(size_t(shapes[i].m));
+        CK(cudaMemcpy(y.data(), ys[i], y.size() * 4, cudaMemcpyDeviceToHost));
+        const bool ok = std::memcmp(y.data(), alone[i].data(), y.size() * 4) == 0;
+        bad += !ok;
+        std::printf("engine back to back m=%6lld k=%5lld n=1: %s\n", (long long)shapes[i].m, (long long)shapes[i].kl,
+                    ok ? "bitwise equal to alone ok" : "DIFFERENT FAIL");
+        cudaFree(ys[i]);
+        free_dev(devs[i]);
+    }
+    cudaFree(tickets);
+    cudaFree(part);
+    return bad;
+}
+
 
 // One launch per prefill shape at kMaxLaunchN columns (the shape's plan, folded where the launch allows), for
 // Nsight Compute.
@@ -359,7 +477,7 @@ __global__ void glue(const float * y, int64_t m, float * x, int64_t k, int n) {
 // wherever the real graph has ops in between, over 8 copies of the weights (1.2 GB, past L2). `fused` runs
 // the products that share an input as one taller matrix (qkv|z|beta|alpha, gate|up), `one_kernel` lets
 // launches of at most 8 columns run as one kernel. All Q4_K.
-static void chain_bench(bool fused, int n, bool one_kernel) {
+static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false) {
     const int n_layers = 8;
     struct Prod { int64_t m, k; int in, out; };  // in/out: activation buffer 0 (5120), 1 (6144), 2 (17408)
     static const Prod kFused[] = {{16480, 5120, 0, 1}, {5120, 6144, 1, 0}, {34816, 5120, 0, 2}, {5120, 17408, 2, 0}};
@@ -378,7 +496,7 @@ static void chain_bench(bool fused, int n, bool one_kernel) {
             const size_t bytes = size_t(p.m * packed_row_bytes(Kind::Q4_K, p.k));
             uint8_t * w; CK(cudaMalloc(&w, bytes)); CK(cudaMemset(w, 0, bytes)); ws.push_back(w);
             float * y; CK(cudaMalloc(&y, size_t(32 * p.m * 4))); ys.push_back(y);
-            plans.push_back(lbq::plan(int(p.m), int(p.k), g_n_sm));
+            plans.push_back(waves ? lbq::wave_plan(int(p.m), int(p.k), g_n_sm) : lbq::slot_plan(int(p.m), int(p.k), g_n_sm));
             part_max = std::max<size_t>(part_max, size_t(lbq::part_floats(plans.back(), int(p.m), 32)));
             wbytes += bytes;
         }
@@ -415,9 +533,9 @@ static void chain_bench(bool fused, int n, bool one_kernel) {
         float ms; cudaEventElapsedTime(&ms, a, b);
         if (it >= 2) best = std::fmin(best, ms);
     }
-    std::printf("chain n=%2d %s%s (dependent launch %s): %zu products, %.1f us per layer, %.0f GB/s of weights\n", n,
+    std::printf("chain n=%2d %s%s %s (dependent launch %s): %zu products, %.1f us per layer, %.0f GB/s of weights\n", n,
                 fused ? "stacked  " : "separate ", n > lbq::kFusedMaxN ? "" : one_kernel ? "one kernel   " : "three kernels",
-                pdl ? "on" : "off", ws.size(), best * 1e3 / n_layers, wbytes / (best * 1e-3) / 1e9);
+                waves ? "wave_plan" : "slot_plan", pdl ? "on" : "off", ws.size(), best * 1e3 / n_layers, wbytes / (best * 1e-3) / 1e9);
     for (auto w : ws) cudaFree(w);
     for (auto y : ys) cudaFree(y);
     for (auto x : xs) cudaFree(x);
@@ -440,16 +558,34 @@ int main(int argc, char ** argv) {
         return 0;
     }
     auto chains = [] {
-        chain_bench(false, 23, true);
-        chain_bench(true, 23, true);
-        chain_bench(true, 1, false);
-        chain_bench(true, 1, true);
+        for (bool waves : {false, true}) {
+            chain_bench(false, 23, true, waves);
+            chain_bench(true, 23, true, waves);
+            chain_bench(true, 1, false, waves);
+            chain_bench(true, 1, true, waves);
+        }
     };
     if (argc > 1 && std::strcmp(argv[1], "chain") == 0) {
         chains();
         return 0;
     }
     std::mt19937 rng(7);
+    if (argc > 1 && std::strcmp(argv[1], "engine") == 0) {
+        const int bad = engine_shapes();
+        std::printf("%s\n", bad ? "engine shapes: FAILED" : "engine shapes: all ok");
+        return bad ? 1 : 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "decode") == 0) {
+        g_bench_ns = {1, 23};
+        g_fused_only = true;
+        bench(Kind::Q4_K, 17408, 5120, rng);
+        bench(Kind::Q4_K, 5120, 17408, rng);
+        bench(Kind::Q6_K, 5120, 17408, rng);
+        bench(Kind::Q6_K, 10240, 5120, rng);
+        bench(Kind::Q6_K, 248320, 5120, rng);
+        chains();
+        return 0;
+    }
     int bad = 0;
     bad += check(Kind::Q4_K, 200, 512, 0, rng);    // a partial last block of rows
     bad += check(Kind::Q4_K, 64, 2560, 0, rng);
@@ -457,6 +593,7 @@ int main(int argc, char ** argv) {
     bad += check(Kind::Q6_K, 300, 2304, 0, rng);
     bad += check(Kind::Q6_K, 130, 1280, 6, rng);   // rows 2-byte aligned only
     bad += check(Kind::Q4_K, 9000, 256, 0, rng);   // many row blocks, one super-block
+    bad += check(Kind::Q4_K, 9000, 512, 0, rng);   // 7 worker ranges: some row tiles cut, most whole
     if (bad) { std::printf("FAILED: %d checks\n", bad); }
     if (argc > 1 && std::strcmp(argv[1], "check") == 0) {
         return bad ? 1 : 0;

@@ -3,7 +3,7 @@
     python3 benchmarks/device/sass_hot.py SOURCE.csv [N]
 
 Prints the table's columns, then the N (default 60) instructions with the most warp-stall samples, each with
-its address, its share of all samples and its text, then the samples summed by opcode.
+its address, its share of all samples and its text, then the samples summed by opcode and by stall reason.
 """
 import csv
 import sys
@@ -41,6 +41,11 @@ def main() -> None:
         op = [t for t in op if not t.startswith("@")]
         by_op[op[0].split(".")[0] if op else "?"] += num(r, sample_col)
     print("by opcode:", ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in by_op.most_common(20)))
+    # the stall_* columns (all samples, not the "(Not Issued)" ones): where the warps wait, kernel-wide
+    reasons = {c: sum(num(r, c) for r in rows) for c in cols if c.startswith("stall_") and "(" not in c}
+    stalled = sum(reasons.values()) or 1.0
+    print("by stall reason:", ", ".join(f"{c[6:]} {100 * v / stalled:.1f}%"
+                                         for c, v in sorted(reasons.items(), key=lambda kv: -kv[1]) if v > 0))
 
 
 if __name__ == "__main__":

@@ -7,9 +7,10 @@
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
-//   lbq_check [check | chain | decode | profile | profile_prefill]: the checks only, the layer chains only, the
-//   decode shapes' benches at 1 and 23 columns and the chains, one launch per
-//   decode shape at 1 and 23 columns, or per prefill shape at kMaxLaunchN columns (both for Nsight Compute);
+//   lbq_check [check | chain | decode | engine | profile | profile_prefill]: the checks only, the layer chains only,
+//   the decode shapes' benches at 1 and 23 columns and the chains, the 27B's shapes against the other plan and back
+//   to back (engine_shapes), one launch per decode shape at 1 and 23 columns, or per prefill shape at kMaxLaunchN
+//   columns (both for Nsight Compute);
 //   default: checks, benches (decode shapes at 1..32 columns, prefill products at 512 and kMaxLaunchN), chains
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

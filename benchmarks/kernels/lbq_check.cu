@@ -276,6 +276,11 @@ static Dev timing_dev(Kind k, int64_t m, int64_t kl, const lbq::Plan & plan, std
     return d;
 }
 
+// Of two plans, the one whose partial sums take more memory at n columns (buffers that serve both).
+static const lbq::Plan & larger_part(const lbq::Plan & a, const lbq::Plan & b, int64_t m, int n) {
+    return lbq::part_floats(a, int(m), n) > lbq::part_floats(b, int(m), n) ? a : b;
+}
+
 // The fastest of `iters` timed runs of `fn` after two untimed ones, in ms; `before` runs ahead of each, untimed.
 template <class F, class B> static float best_ms(int iters, F && fn, B && before) {
     cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
@@ -302,7 +307,7 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     const int64_t row_bytes = packed_row_bytes(k, kl);
     const size_t wbytes = size_t(m * row_bytes);
     const lbq::Plan plans[2] = {lbq::slot_plan(int(m), int(kl), g_n_sm), lbq::wave_plan(int(m), int(kl), g_n_sm)};
-    Dev d = timing_dev(k, m, kl, lbq::part_floats(plans[0], int(m), 32) > lbq::part_floats(plans[1], int(m), 32) ? plans[0] : plans[1], rng);
+    Dev d = timing_dev(k, m, kl, larger_part(plans[0], plans[1], m, 32), rng);
     // a 256 MB buffer written between runs keeps the weights out of L2 (50 MB)
     void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
     for (int n : g_bench_ns) {
@@ -378,19 +383,11 @@ static int engine_shapes() {
         const int64_t row_bytes = packed_row_bytes(sh.k, sh.kl);
         const int n_max = sh.m > 100000 ? 23 : kN;
         const lbq::Plan slot = lbq::slot_plan(int(sh.m), int(sh.kl), g_n_sm), wave = lbq::wave_plan(int(sh.m), int(sh.kl), g_n_sm);
-        Dev d;
-        const std::vector<uint8_t> w = random_blocks(sh.k, std::min<int64_t>(sh.m, 512), sh.kl, rng);
-        CK(cudaMalloc(&d.w, size_t(sh.m * row_bytes)));
-        for (int64_t r0 = 0; r0 < sh.m; r0 += 512)
-            CK(cudaMemcpy(d.w + r0 * row_bytes, w.data(), size_t(std::min<int64_t>(512, sh.m - r0) * row_bytes), cudaMemcpyHostToDevice));
+        Dev d = timing_dev(sh.k, sh.m, sh.kl, larger_part(slot, wave, sh.m, n_max), rng, n_max);
         std::normal_distribution<float> nd(0.0f, 1.0f);
-        std::vector<float> x(size_t(n_max * sh.kl));
+        std::vector<float> x(size_t(n_max * sh.kl));  // random activations in place of timing_dev's zeros
         for (auto & v : x) v = nd(rng);
-        CK(cudaMalloc(&d.x, x.size() * 4)); CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
-        CK(cudaMalloc(&d.y, size_t(n_max * sh.m * 4)));
-        CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(sh.kl), n_max) * 2));
-        d.part = alloc_part(lbq::part_floats(slot, int(sh.m), n_max) > lbq::part_floats(wave, int(sh.m), n_max) ? slot : wave, sh.m, n_max);
-        d.tickets = alloc_tickets();
+        CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
         for (int n : {1, 8, 23, kN}) {
             if (n > n_max) continue;
             std::vector<float> ys(size_t(n * sh.m)), yw(ys.size());

@@ -229,6 +229,8 @@ def test_gdn_tree_shapes(tmp_path, shape):
 
 @pytest.mark.parametrize("S,H_k,H_v,n,n_seqs,K,kda", [
     (128, 16, 48, 5, 1, 1, False),   # 27B head layout, final state only
+    (128, 16, 48, 1, 1, 1, False),   # an AR step (CUDA: one state column a thread, the tree op four)
+    (64, 2, 4, 3, 1, 2, False),      # a short commit, snapshot slots (one column a thread)
     (64, 2, 4, 12, 1, 4, False),     # snapshot slots
     (16, 1, 3, 9, 2, 12, False),     # K > n: only n slots written
     (32, 2, 2, 7, 1, 3, True),

@@ -83,7 +83,7 @@ stage_kernels() {
 }
 
 stage_mulmat() {
-    log "ggml-cuda vs the CPU backend: quantized mat-mul (mul_mat_check), top-k (top_k_check), copies, concat, argmax (small_ops_check)"
+    log "ggml-cuda vs the CPU backend: quantized mat-mul (mul_mat_check), top-k (top_k_check), copies, concat, argmax, the residual add + norm (small_ops_check)"
     local rc=0 mode
     for mode in default invariant; do
         echo "mul_mat_check $mode"

@@ -12,10 +12,11 @@
 #include "ggml.h"
 
 // Allocates ctx's tensors on `backend`, uploads each input (tensor, its ggml_nbytes of host data),
-// computes g and copies `out` (ggml_nbytes(out) bytes) to dst. Exits the tool if the compute fails.
+// computes g and copies `out` (ggml_nbytes(out) bytes) to dst, and each of `also` (tensor, host buffer of its
+// ggml_nbytes) to its buffer. Exits the tool if the compute fails.
 inline void compute_once(ggml_backend_t backend, ggml_context * ctx, ggml_cgraph * g,
                          const std::vector<std::pair<ggml_tensor *, const void *>> & inputs, ggml_tensor * out,
-                         void * dst) {
+                         void * dst, const std::vector<std::pair<ggml_tensor *, void *>> & also = {}) {
     const ggml_backend_buffer_ptr buf(ggml_backend_alloc_ctx_tensors(ctx, backend));
     for (const auto & in : inputs) ggml_backend_tensor_set(in.first, in.second, 0, ggml_nbytes(in.first));
     if (ggml_backend_graph_compute(backend, g) != GGML_STATUS_SUCCESS) {
@@ -23,4 +24,5 @@ inline void compute_once(ggml_backend_t backend, ggml_context * ctx, ggml_cgraph
         std::exit(1);
     }
     ggml_backend_tensor_get(out, dst, 0, ggml_nbytes(out));
+    for (const auto & a : also) ggml_backend_tensor_get(a.first, a.second, 0, ggml_nbytes(a.first));
 }

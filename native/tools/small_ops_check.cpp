@@ -4,6 +4,8 @@
 // second source is a transposed matrix (the DeltaNet conv window: carried state, then the new tokens; 0023),
 // and ggml_argmax over vocabulary-long rows (0026). Ties in argmax: the CUDA kernel takes the lowest column, the
 // CPU backend the highest, so the compared rows have none and planted ties are checked against that rule.
+// And a residual ADD fused into the RMS_NORM -> MUL after it (0029), on the CUDA backend against the same ops apart
+// (their sums of squares run in another order than the CPU backend's), with a check that the fusion ran.
 //   small_ops_check         prints one line per case; exit 1 if any result is off
 #include "compute_once.hpp"
 #include "ggml-cpu.h"
@@ -11,6 +13,7 @@
 #include "ggml-cuda.h"
 #endif
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -69,6 +72,20 @@ const ArgmaxCase kArgmaxes[] = {
     {"argmax 20001 x 2", 20001, 2},
 };
 
+// x = a + b kept (a residual stream), and rms_norm(x) * w: [n_cols, n_rows] rows, w broadcast over them
+struct AddNormCase {
+    const char * name;
+    int64_t n_cols, n_rows;
+    bool in_place;  // the ADD on its first addend, as ggml-alloc runs the engine's
+};
+
+const AddNormCase kAddNorms[] = {
+    // a verify's residual stream (1024-thread rows), an AR step's, a row of under 1024 columns (256-thread rows)
+    {"add+rms_norm+mul 5120 x 23", 5120, 23, false},
+    {"add+rms_norm+mul 5120 x 1, add in place", 5120, 1, true},
+    {"add+rms_norm+mul 640 x 5", 640, 5, false},
+};
+
 std::vector<unsigned char> random_bytes(const ggml_tensor * t, std::mt19937 & rng) {
     std::vector<unsigned char> b(ggml_nbytes(t));
     std::uniform_int_distribution<int> byte(0, 255);
@@ -89,8 +106,10 @@ std::vector<unsigned char> random_bytes(const ggml_tensor * t, std::mt19937 & rn
 
 // A case's graph on one backend: `build` adds its tensors to ctx and its op to g and returns the tensor read back;
 // every tensor the case created gets random bytes (the same on both backends: one seed), then compute_once
+// `probe`, where given, is a tensor of the graph whose buffer starts as 0xff bytes and is read back into `probed`.
 template <typename Build>
-std::vector<unsigned char> run(ggml_backend_t backend, Build build) {
+std::vector<unsigned char> run(ggml_backend_t backend, Build build, ggml_tensor * const * probe = nullptr,
+                               std::vector<unsigned char> * probed = nullptr) {
     ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, true};
     const ggml_context_ptr owned(ggml_init(ip));
     ggml_context * ctx = owned.get();
@@ -105,7 +124,15 @@ std::vector<unsigned char> run(ggml_backend_t backend, Build build) {
         inputs.emplace_back(t, bytes.back().data());
     }
     std::vector<unsigned char> result(ggml_nbytes(out));
-    compute_once(backend, ctx, g, inputs, out, result.data());
+    std::vector<std::pair<ggml_tensor *, void *>> also;
+    std::vector<unsigned char> unset;
+    if (probe != nullptr) {
+        unset.assign(ggml_nbytes(*probe), 0xff);
+        inputs.emplace_back(*probe, unset.data());
+        probed->resize(unset.size());
+        also.emplace_back(*probe, probed->data());
+    }
+    compute_once(backend, ctx, g, inputs, out, result.data(), also);
     return result;
 }
 
@@ -131,6 +158,34 @@ ggml_tensor * build_argmax(const ArgmaxCase & c, ggml_context * ctx, ggml_cgraph
     ggml_tensor * out = ggml_argmax(ctx, ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.n_cols, c.n_rows));
     ggml_build_forward_expand(g, out);
     return out;
+}
+
+// [x | rms_norm(x) * w] with x = a + b; `apart`: a view between the ADD and the norm, so that no fusion can take the
+// ADD. *norm: the RMS_NORM node (its buffer is left unwritten where the ADD, the norm and the MUL run as one kernel).
+ggml_tensor * build_add_norm(const AddNormCase & c, bool apart, ggml_context * ctx, ggml_cgraph * g, ggml_tensor ** norm) {
+    ggml_tensor * a = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.n_cols, c.n_rows);
+    ggml_tensor * b = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.n_cols, c.n_rows);
+    ggml_tensor * w = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c.n_cols);
+    ggml_tensor * x = c.in_place ? ggml_add_inplace(ctx, a, b) : ggml_add(ctx, a, b);
+    *norm = ggml_rms_norm(ctx, apart ? ggml_view_2d(ctx, x, c.n_cols, c.n_rows, x->nb[1], 0) : x, 1e-6f);
+    ggml_tensor * out = ggml_concat(ctx, x, ggml_mul(ctx, *norm, w), 1);
+    ggml_build_forward_expand(g, out);
+    return out;
+}
+
+// The fused kernel against the ops apart on `cuda`, bit for bit (the sum and the product), the sum against the CPU
+// backend's, and the norm's own buffer never written (the fusion ran).
+bool add_norm_ok(const AddNormCase & c, ggml_backend_t cuda, ggml_backend_t cpu) {
+    ggml_tensor * norm = nullptr;
+    std::vector<unsigned char> norm_bytes;
+    auto build = [&](bool apart) {
+        return [&c, apart, &norm](ggml_context * ctx, ggml_cgraph * g) { return build_add_norm(c, apart, ctx, g, &norm); };
+    };
+    const std::vector<unsigned char> fused = run(cuda, build(false), &norm, &norm_bytes);
+    const bool norm_unwritten = std::all_of(norm_bytes.begin(), norm_bytes.end(), [](unsigned char v) { return v == 0xff; });
+    const std::vector<unsigned char> apart = run(cuda, build(true)), on_cpu = run(cpu, build(false));
+    const size_t sum_bytes = size_t(c.n_cols * c.n_rows) * sizeof(float);
+    return fused == apart && std::equal(on_cpu.begin(), on_cpu.begin() + sum_bytes, fused.begin()) && norm_unwritten;
 }
 
 // Ties on the CUDA backend: the lowest of the maximal columns, in one part and across parts
@@ -185,6 +240,9 @@ int main() {
         report(c.name, same([&](ggml_context * ctx, ggml_cgraph * g) { return build_argmax(c, ctx, g); }));
     }
     report("argmax ties: lowest column", argmax_ties_ok(cuda));
+    for (const AddNormCase & c : kAddNorms) {
+        report(c.name, add_norm_ok(c, cuda, cpu));
+    }
     std::printf(bad ? "FAILED: %d cases\n" : "all ok\n", bad);
     return bad ? 1 : 0;
 #endif

@@ -22,7 +22,7 @@ from torch.profiler import ProfilerActivity, profile
 
 from lucebox import ddtree
 from lucebox._native import Handle
-from step_bench import weight_bytes_per_token
+from step_bench import copy_bandwidth_gbs, weight_bytes_per_token
 
 # A decode step's kernels by component, first match wins (short names; the invariant attention's kernels live in
 # an anonymous namespace, which the profiler names "")
@@ -44,20 +44,6 @@ def component_of(kernel: str) -> str:
         if re.search(pattern, kernel):
             return label
     return "other"
-
-
-def copy_bandwidth_gbs(n_bytes: int = 256 << 20, reps: int = 20) -> float:
-    """Device-to-device copy speed, bytes read plus written per second (the roofline's yardstick)."""
-    a = torch.empty(n_bytes, dtype=torch.uint8, device="cuda")
-    b = torch.empty_like(a)
-    b.copy_(a)
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    for _ in range(reps):
-        b.copy_(a)
-    end.record()
-    torch.cuda.synchronize()
-    return 2 * n_bytes * reps / (start.elapsed_time(end) * 1e-3) / 1e9
 
 
 def component_rows(rows: list[tuple[str, int, float]]) -> list[tuple[str, int, float]]:

@@ -57,6 +57,29 @@ def weight_bytes_per_token(gguf_path: str) -> int:
     return total
 
 
+def copy_bandwidth_gbs(n_floats: int = 1 << 30, reps: int = 10) -> float:
+    """The GPU's device-to-device copy speed in GB/s, bytes read plus written (the roofline's yardstick): the median
+    of `reps` copies of a 4 GiB f32 buffer, after three untimed ones."""
+    import torch
+    a = torch.randn(n_floats, device="cuda")
+    b = torch.empty_like(a)
+    for _ in range(3):
+        b.copy_(a)
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    seconds = []
+    for _ in range(reps):
+        start.record()
+        b.copy_(a)
+        end.record()
+        torch.cuda.synchronize()
+        seconds.append(start.elapsed_time(end) / 1e3)
+    n_bytes = 2 * a.numel() * a.element_size()
+    del a, b
+    torch.cuda.empty_cache()  # the 8 GiB go back (a caller may go on to load models)
+    return n_bytes / sorted(seconds)[len(seconds) // 2] / 1e9
+
+
 def gpu_memory_used_mib() -> float | None:
     try:
         out = subprocess.run(["nvidia-smi", "--query-gpu=memory.used", "--format=csv,noheader,nounits"],

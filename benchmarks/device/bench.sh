@@ -30,20 +30,9 @@ LB_STOCK="$(find "$ROOT/build/stock" -name llama-bench -type f -perm -u+x 2>/dev
 
 if [ "${LUCEBOX_BENCH_MAIN:-1}" = 1 ]; then
     log "copy bandwidth"
-    COPY_GBS=$(python3 - <<'PY'
-import torch
-n = 1 << 30  # 4 GiB of f32 per buffer
-a = torch.randn(n, device="cuda"); b = torch.empty_like(a)
-for _ in range(3): b.copy_(a)
-torch.cuda.synchronize()
-s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-ts = []
-for _ in range(10):
-    s.record(); b.copy_(a); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e) / 1e3)
-ts.sort()
-print(f"{2 * a.numel() * 4 / ts[len(ts) // 2] / 1e9:.0f}")
-PY
-    )
+    COPY_GBS=$(python3 -c "import sys; sys.path.insert(0, 'benchmarks')
+from step_bench import copy_bandwidth_gbs
+print(f'{copy_bandwidth_gbs():.0f}')")
     echo "copy bandwidth (read + write): $COPY_GBS GB/s"
 
     log "llama.cpp llama-bench tg128 (same pin, same ggml build)"

@@ -210,13 +210,9 @@ int main(int argc, char ** argv) {
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a timeout
     const bool bench = argc > 1 && std::strcmp(argv[1], "bench") == 0;
     const bool profile = argc > 1 && std::strcmp(argv[1], "profile") == 0;
-    const ggml_backend_ptr cpu_owned(ggml_backend_cpu_init()), cuda_owned(ggml_backend_cuda_init(0));
-    ggml_backend_t cpu = cpu_owned.get(), cuda = cuda_owned.get();
+    const CpuAndCuda backends = cpu_and_cuda("attn_check");
+    ggml_backend_t cpu = backends.cpu.get(), cuda = backends.cuda.get();
     ggml_backend_cpu_set_use_ref(cpu, true);  // the engine's CPU path: no tiled / split-KV attention
-    if (!cuda) {
-        std::fprintf(stderr, "attn_check: no CUDA device\n");
-        return 2;
-    }
     ggml_backend_cuda_set_batch_invariant(true);
     std::mt19937 rng(7);
     if (profile) {

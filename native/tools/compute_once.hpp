@@ -10,6 +10,24 @@
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "ggml.h"
+#ifdef LUCEBOX_WITH_CUDA
+#include "ggml-cpu.h"
+#include "ggml-cuda.h"
+
+// The CPU backend and CUDA device 0, which the CUDA check tools compare; exits with status 2, naming the tool, where
+// either cannot start.
+struct CpuAndCuda {
+    ggml_backend_ptr cpu, cuda;
+};
+inline CpuAndCuda cpu_and_cuda(const char * tool) {
+    CpuAndCuda b{ggml_backend_ptr(ggml_backend_cpu_init()), ggml_backend_ptr(ggml_backend_cuda_init(0))};
+    if (!b.cpu || !b.cuda) {
+        std::fprintf(stderr, "%s: cannot start the CPU or CUDA backend\n", tool);
+        std::exit(2);
+    }
+    return b;
+}
+#endif
 
 // Allocates ctx's tensors on `backend`, uploads each input (tensor, its ggml_nbytes of host data),
 // computes g and copies `out` (ggml_nbytes(out) bytes) to dst, and each of `also` (tensor, host buffer of its

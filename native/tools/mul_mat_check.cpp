@@ -57,12 +57,8 @@ int main(int argc, char ** argv) {
 #else
     const bool invariant = argc > 1 && std::strcmp(argv[1], "invariant") == 0;
     ggml_backend_cuda_set_batch_invariant(invariant);
-    const ggml_backend_ptr cpu_owned(ggml_backend_cpu_init()), cuda_owned(ggml_backend_cuda_init(0));
-    ggml_backend_t cpu = cpu_owned.get(), cuda = cuda_owned.get();
-    if (!cuda) {
-        std::fprintf(stderr, "mul_mat_check: no CUDA device\n");
-        return 2;
-    }
+    const CpuAndCuda backends = cpu_and_cuda("mul_mat_check");
+    ggml_backend_t cpu = backends.cpu.get(), cuda = backends.cuda.get();
     std::mt19937 rng(11);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     int bad = 0;

@@ -218,12 +218,8 @@ int main() {
     std::fprintf(stderr, "small_ops_check: this build has no CUDA (configure with -DLUCEBOX_CUDA=ON)\n");
     return 2;
 #else
-    const ggml_backend_ptr cpu_owned(ggml_backend_cpu_init()), cuda_owned(ggml_backend_cuda_init(0));
-    ggml_backend_t cpu = cpu_owned.get(), cuda = cuda_owned.get();
-    if (!cpu || !cuda) {
-        std::fprintf(stderr, "small_ops_check: cannot start the CPU or CUDA backend\n");
-        return 2;
-    }
+    const CpuAndCuda backends = cpu_and_cuda("small_ops_check");
+    ggml_backend_t cpu = backends.cpu.get(), cuda = backends.cuda.get();
     int bad = 0;
     auto report = [&](const char * name, bool ok) {
         bad += !ok;

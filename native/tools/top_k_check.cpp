@@ -44,12 +44,8 @@ int main() {
     std::fprintf(stderr, "top_k_check: this build has no CUDA (configure with -DLUCEBOX_CUDA=ON)\n");
     return 2;
 #else
-    const ggml_backend_ptr cpu_owned(ggml_backend_cpu_init()), cuda_owned(ggml_backend_cuda_init(0));
-    ggml_backend_t cpu = cpu_owned.get(), cuda = cuda_owned.get();
-    if (!cpu || !cuda) {
-        std::fprintf(stderr, "top_k_check: cannot start the CPU or CUDA backend\n");
-        return 2;
-    }
+    const CpuAndCuda backends = cpu_and_cuda("top_k_check");
+    ggml_backend_t cpu = backends.cpu.get(), cuda = backends.cuda.get();
     const Case cases[] = {
         {248320, 15, 8, "normal"}, {248320, 15, 1, "normal"}, {248320, 15, 32, "normal"}, {248320, 3, 8, "ties"},
         {248320, 2, 8, "neg_inf"}, {8193, 4, 16, "normal"}, {1000, 5, 8, "normal"}, {1000, 5, 8, "ties"},

@@ -34,8 +34,7 @@ std::unique_ptr<CommitGraph> build_commit(const TargetModel & m, const TargetCac
         ggml_tensor * g = ggml_get_rows(ctx, c.tree_g[size_t(il)], cg->path);        // [Hv, n_path]
         ggml_tensor * beta = ggml_get_rows(ctx, c.tree_beta[size_t(il)], cg->path);  // [Hv, n_path]
         DeltaOut d = build_delta_core(ctx, hp, L, c.conv[size_t(il)], c.ssm[size_t(il)], qkv, g, beta, nullptr);
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, d.new_conv, c.conv[size_t(il)]));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, d.new_state, c.ssm[size_t(il)]));
+        store_delta_state(ctx, gf, d, c.conv[size_t(il)], c.ssm[size_t(il)]);
     }
     return cg;
 }

@@ -65,4 +65,13 @@ DeltaOut build_delta_core(ggml_context * ctx, const TargetHparams & hp, const Ta
     return out;
 }
 
+void store_delta_state(ggml_context * ctx, ggml_cgraph * gf, const DeltaOut & d, ggml_tensor * conv_state,
+                       ggml_tensor * ssm_state) {
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, d.new_conv, conv_state));
+    const int64_t n = ggml_nelements(ssm_state);
+    ggml_tensor * flat = ggml_view_3d(ctx, ssm_state, n, 1, 1, size_t(n) * ggml_element_size(ssm_state),
+                                      size_t(n) * ggml_element_size(ssm_state), 0);
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, d.new_state, flat));
+}
+
 }  // namespace lb

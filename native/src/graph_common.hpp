@@ -31,4 +31,10 @@ DeltaOut build_delta_core(ggml_context * ctx, const TargetHparams & hp, const Ta
                           ggml_tensor * conv_state, ggml_tensor * ssm_state, ggml_tensor * qkv, ggml_tensor * g,
                           ggml_tensor * beta, ggml_tensor * parents);
 
+// Stores a chain's next state and conv window into the caches (nodes of gf). The state goes through a flat
+// [S*S*n_v_heads, 1, 1] view of the cache: the pattern ggml-cuda recognises to have the delta net kernel write
+// the cache itself (ggml_cuda_try_gdn_cache_fusion) instead of a copy after it. The same bytes either way.
+void store_delta_state(ggml_context * ctx, ggml_cgraph * gf, const DeltaOut & d, ggml_tensor * conv_state,
+                       ggml_tensor * ssm_state);
+
 }  // namespace lb

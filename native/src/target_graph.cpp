@@ -94,8 +94,7 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     }
     DeltaOut d = build_delta_core(ctx, hp, L, c.conv[size_t(il)], c.ssm[size_t(il)], qkv, g, beta, parents);
     if (!s.tree) {
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, d.new_conv, c.conv[size_t(il)]));
-        ggml_build_forward_expand(gf, ggml_cpy(ctx, d.new_state, c.ssm[size_t(il)]));
+        store_delta_state(ctx, gf, d, c.conv[size_t(il)], c.ssm[size_t(il)]);
     }
     // gated RMS norm per value head, then the output projection
     ggml_tensor * y = ggml_mul(ctx, ggml_rms_norm(ctx, d.y, hp.rms_eps), L.ssm_norm);

@@ -75,6 +75,8 @@ stage_kernels() {
     "$WORK/lbq_check" engine >>"$OUT/lbq.txt" 2>&1 || rc=1
     # the layer chain again without programmatic dependent launch, for comparison
     GGML_CUDA_PDL=0 "$WORK/lbq_check" chain >>"$OUT/lbq.txt" 2>&1 || rc=1
+    # the chains' timelines: when each kernel's blocks end (the tail of a product)
+    "$WORK/lbq_check" trace >>"$OUT/lbq.txt" 2>&1 || rc=1
     # the pipeline an RTX 3090 / 4090 / 5090 takes (99 KiB of shared memory per block)
     GGML_CUDA_INVARIANT_SMEM=101376 "$WORK/lbq_check" check >"$WORK/lbq_99k.txt" 2>&1 || rc=1
     sed 's/^/99k: /' "$WORK/lbq_99k.txt" >>"$OUT/lbq.txt"

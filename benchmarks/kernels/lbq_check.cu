@@ -7,10 +7,10 @@
 //   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
-//   lbq_check [check | chain | decode | engine | profile | profile_prefill]: the checks only, the layer chains only,
+//   lbq_check [check | chain | decode | engine | profile | profile_prefill | trace]: the checks only, the layer chains only,
 //   the decode shapes' benches at 1 and 23 columns and the chains, the 27B's shapes against the other plan and back
 //   to back (engine_shapes), one launch per decode shape at 1 and 23 columns, or per prefill shape at kMaxLaunchN
-//   columns (both for Nsight Compute);
+//   columns (both for Nsight Compute), or the one- and 23-column chains with a timeline of their kernels' blocks;
 //   default: checks, benches (decode shapes at 1..32 columns, prefill products at 512 and kMaxLaunchN), chains
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -20,9 +20,33 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
+
+// `trace`: each gemm block's start, return from its dependent-launch wait and end (%globaltimer, ns) through patch
+// 0032's hooks, recorded while g_trace_on (a device flag, off in every other mode).
+struct TraceRec { unsigned long long t0, t1, t2; int m_rows, grid; long long row_bytes; };
+constexpr unsigned kTraceMax = 1u << 16;
+__device__ TraceRec g_trace[kTraceMax];
+__device__ unsigned int g_trace_n;
+__device__ bool g_trace_on;
+__device__ __forceinline__ unsigned long long gtimer() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ __forceinline__ void trace_record(unsigned long long t0, unsigned long long t1, int m_rows, long long row_bytes) {
+    const unsigned long long t2 = gtimer();
+    if (threadIdx.x == 0 && g_trace_on) {
+        const unsigned int i = atomicAdd(&g_trace_n, 1u);
+        if (i < kTraceMax) g_trace[i] = TraceRec{t0, t1, t2, m_rows, int(gridDim.x * gridDim.y), row_bytes};
+    }
+}
+#define LBQ_TRACE_BEGIN const unsigned long long lbq_t0 = gtimer();
+#define LBQ_TRACE_SYNC const unsigned long long lbq_t1 = gtimer();
+#define LBQ_TRACE_END trace_record(lbq_t0, lbq_t1, m_rows, row_bytes);
 
 #include "lbq-kernels.cuh"
 
@@ -463,11 +487,69 @@ static void profile_prefill() {
 }
 
 // Stands in for the small ggml op between two products (a norm, an add): reads the last product's
-// output, writes the next input. Launched and synchronized like ggml's kernels (dependent launch).
+// output, writes the next input, a thread an element (a column per grid row). Launched and synchronized like
+// ggml's kernels (dependent launch, the next kernel let start first, as ggml's rms_norm does). (One block a
+// column looping over k, as this was until the nineteenth session, took 5-19 us a call: a third of the chain.)
 __global__ void glue(const float * y, int64_t m, float * x, int64_t k, int n) {
-    ggml_cuda_pdl_sync();
-    for (int64_t i = threadIdx.x; i < k; i += blockDim.x) x[int64_t(blockIdx.x) * k + i] = 1e-3f * y[int64_t(blockIdx.x) * m + i % m];
+    const unsigned long long t0 = gtimer();
     ggml_cuda_pdl_lc();
+    ggml_cuda_pdl_sync();
+    const unsigned long long t1 = gtimer();
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < k) x[int64_t(blockIdx.y) * k + i] = 1e-3f * y[int64_t(blockIdx.y) * m + i % m];
+    trace_record(t0, t1, -1, 0);
+}
+
+// The trace of one chain run, kernel by kernel in launch order: its blocks, and from the moment its first block
+// returned from the dependent-launch wait (all its inputs ready), when the median and the last block ended, in us;
+// then per shape, the share of a product's time after its median block ended (the tail: blocks of equal work end
+// at different times), over the chain's layers. A kernel's blocks are told apart from its shape's next launch by
+// time (a shape's launches do not overlap one another).
+static void trace_report(const std::vector<TraceRec> & recs) {
+    std::map<std::pair<int, long long>, std::vector<TraceRec>> by_shape;
+    for (const TraceRec & r : recs) by_shape[{r.m_rows, r.row_bytes}].push_back(r);
+    struct Kernel { int m_rows; long long row_bytes; int blocks; double first, sync, p50, last; };
+    std::vector<Kernel> ks;
+    for (auto & [shape, rs] : by_shape) {
+        std::sort(rs.begin(), rs.end(), [](const TraceRec & a, const TraceRec & b) { return a.t0 < b.t0; });
+        for (size_t i = 0; i < rs.size(); i += size_t(rs[i].grid)) {
+            const size_t e = std::min(rs.size(), i + size_t(rs[i].grid));
+            std::vector<unsigned long long> ends;
+            unsigned long long first = ~0ull, sync = ~0ull;
+            for (size_t j = i; j < e; ++j) {
+                first = std::min(first, rs[j].t0);
+                sync = std::min(sync, rs[j].t1);
+                ends.push_back(rs[j].t2);
+            }
+            std::sort(ends.begin(), ends.end());
+            ks.push_back({shape.first, shape.second, int(e - i), double(first), double(sync), double(ends[ends.size() / 2]),
+                          double(ends.back())});
+        }
+    }
+    std::sort(ks.begin(), ks.end(), [](const Kernel & a, const Kernel & b) { return a.first < b.first; });
+    if (ks.empty()) return;
+    const double t_base = ks[0].first;
+    std::printf("  %-18s %6s %9s %9s %9s %9s   (us from the first start; last - wait = the kernel's own time)\n", "kernel", "blocks",
+                "start", "wait done", "median", "last");
+    for (size_t i = 0; i < ks.size() && i < 16; ++i) {
+        const Kernel & k = ks[i];
+        char name[32];
+        if (k.m_rows < 0) std::snprintf(name, sizeof name, "glue");
+        else std::snprintf(name, sizeof name, "%d x %lld B", k.m_rows, k.row_bytes);
+        std::printf("  %-18s %6d %9.2f %9.2f %9.2f %9.2f   %.2f\n", name, k.blocks, (k.first - t_base) * 1e-3,
+                    (k.sync - t_base) * 1e-3, (k.p50 - t_base) * 1e-3, (k.last - t_base) * 1e-3, (k.last - k.sync) * 1e-3);
+    }
+    std::map<std::pair<int, long long>, std::pair<double, double>> tail;  // shape -> (sum of tails, sum of times)
+    for (const Kernel & k : ks) {
+        if (k.m_rows < 0) continue;
+        auto & t = tail[{k.m_rows, k.row_bytes}];
+        t.first += k.last - k.p50;
+        t.second += k.last - k.sync;
+    }
+    for (auto & [shape, t] : tail) {
+        std::printf("  %d x %lld B: after the median block %.0f%% of the product's time\n", shape.first, shape.second,
+                    100.0 * t.first / t.second);
+    }
 }
 
 // A 27B DeltaNet layer's products at n columns (23: as verify runs them; 1: an AR step; in-projections
@@ -475,7 +557,9 @@ __global__ void glue(const float * y, int64_t m, float * x, int64_t k, int n) {
 // wherever the real graph has ops in between, over 8 copies of the weights (1.2 GB, past L2). `fused` runs
 // the products that share an input as one taller matrix (qkv|z|beta|alpha, gate|up), `one_kernel` lets
 // launches of at most 8 columns run as one kernel. All Q4_K.
-static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false) {
+static void trace_report(const std::vector<TraceRec> & recs);
+
+static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, bool trace = false) {
     const int n_layers = 8;
     struct Prod { int64_t m, k; int in, out; };  // in/out: activation buffer 0 (5120), 1 (6144), 2 (17408)
     static const Prod kFused[] = {{16480, 5120, 0, 1}, {5120, 6144, 1, 0}, {34816, 5120, 0, 2}, {5120, 17408, 2, 0}};
@@ -510,7 +594,7 @@ static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false) 
                 lbq::launch<Kind::Q4_K>(plans[i], ws[i], packed_row_bytes(Kind::Q4_K, p.k), int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
                                         tickets, ys[i], p.m, g_smem_limit, st);
                 if (p.out >= 0) {
-                    ggml_cuda_kernel_launch(glue, ggml_cuda_kernel_launch_params(dim3(n), dim3(256), 0, st),
+                    ggml_cuda_kernel_launch(glue, ggml_cuda_kernel_launch_params(dim3((ks[p.out] + 255) / 256, n), dim3(256), 0, st),
                                             static_cast<const float *>(ys[i]), p.m, xs[p.out], ks[p.out], n);
                 }
                 ++i;
@@ -530,6 +614,21 @@ static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false) 
         CK(cudaEventSynchronize(b));
         float ms; cudaEventElapsedTime(&ms, a, b);
         if (it >= 2) best = std::fmin(best, ms);
+    }
+    if (trace) {  // one more run, recorded
+        const unsigned int zero = 0;
+        const bool on = true, off = false;
+        CK(cudaMemcpyToSymbol(g_trace_n, &zero, sizeof zero));
+        CK(cudaMemcpyToSymbol(g_trace_on, &on, sizeof on));
+        CK(cudaGraphLaunch(ge, st));
+        CK(cudaStreamSynchronize(st));
+        CK(cudaMemcpyToSymbol(g_trace_on, &off, sizeof off));
+        unsigned int n_rec = 0;
+        CK(cudaMemcpyFromSymbol(&n_rec, g_trace_n, sizeof n_rec));
+        std::vector<TraceRec> recs(std::min(n_rec, kTraceMax));
+        CK(cudaMemcpyFromSymbol(recs.data(), g_trace, recs.size() * sizeof(TraceRec)));
+        std::printf("trace of the chain below:\n");
+        trace_report(recs);
     }
     std::printf("chain n=%2d %s%s %s (dependent launch %s): %zu products, %.1f us per layer, %.0f GB/s of weights\n", n,
                 fused ? "stacked  " : "separate ", n > lbq::kFusedMaxN ? "" : one_kernel ? "one kernel   " : "three kernels",
@@ -563,6 +662,11 @@ int main(int argc, char ** argv) {
             chain_bench(true, 1, true, waves);
         }
     };
+    if (argc > 1 && std::strcmp(argv[1], "trace") == 0) {
+        chain_bench(true, 1, true, false, true);
+        chain_bench(true, 23, true, false, true);
+        return 0;
+    }
     if (argc > 1 && std::strcmp(argv[1], "chain") == 0) {
         chains();
         return 0;

@@ -41,13 +41,12 @@ DeltaOut build_delta_core(ggml_context * ctx, const TargetHparams & hp, const Ta
     }
 
     const size_t es = ggml_element_size(conv);
-    ggml_tensor * q = ggml_view_3d(ctx, conv, S, Hk, n, S * es, conv->nb[1], 0);
-    ggml_tensor * k = ggml_view_3d(ctx, conv, S, Hk, n, S * es, conv->nb[1], key_dim * es);
+    // q and k lie side by side in each token's row (q | k | v): one l2 norm over both heads' rows (one launch, not
+    // two; a row's arithmetic is the same), then q and k as views of its output
+    ggml_tensor * qk = l2_norm(ctx, ggml_view_3d(ctx, conv, S, 2 * Hk, n, S * es, conv->nb[1], 0));  // [S, 2 Hk, n]
+    ggml_tensor * q = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[2] * n, 0);
+    ggml_tensor * k = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[2] * n, size_t(Hk) * qk->nb[1]);
     ggml_tensor * v = ggml_view_4d(ctx, conv, S, Hv, n, 1, S * es, conv->nb[1], conv->nb[1] * n, 2 * key_dim * es);
-    q = l2_norm(ctx, q);
-    k = l2_norm(ctx, k);
-    q = ggml_reshape_4d(ctx, q, S, Hk, n, 1);
-    k = ggml_reshape_4d(ctx, k, S, Hk, n, 1);
     ggml_tensor * g4 = ggml_reshape_4d(ctx, g, 1, Hv, n, 1);
     ggml_tensor * b4 = ggml_reshape_4d(ctx, beta, 1, Hv, n, 1);
     ggml_tensor * s4 = ggml_reshape_4d(ctx, ssm_state, S, S, Hv, 1);

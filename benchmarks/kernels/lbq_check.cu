@@ -556,9 +556,8 @@ static void trace_report(const std::vector<TraceRec> & recs) {
 // sharing one input, the output projection, the ffn), back to back in a CUDA graph with a glue kernel
 // wherever the real graph has ops in between, over 8 copies of the weights (1.2 GB, past L2). `fused` runs
 // the products that share an input as one taller matrix (qkv|z|beta|alpha, gate|up), `one_kernel` lets
-// launches of at most 8 columns run as one kernel. All Q4_K.
-static void trace_report(const std::vector<TraceRec> & recs);
-
+// launches of at most 8 columns run as one kernel. All Q4_K. `trace`: one more run recorded through the hooks and
+// reported by trace_report.
 static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, bool trace = false) {
     const int n_layers = 8;
     struct Prod { int64_t m, k; int in, out; };  // in/out: activation buffer 0 (5120), 1 (6144), 2 (17408)

@@ -1,6 +1,6 @@
 // graph_common.hpp: pieces shared by the forward graph (target_graph.cpp) and the commit graph
-// (commit_graph.cpp): their size bound, and the Gated DeltaNet core that turns a layer's pre-conv
-// inputs into its output (and, on a chain, its next state).
+// (commit_graph.cpp): their size bound, the Gated DeltaNet core that turns a layer's pre-conv inputs into
+// its output (and, on a chain, its next state), and the store of that state into the caches.
 #pragma once
 
 #include <cstdint>

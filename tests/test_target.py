@@ -313,6 +313,34 @@ def test_commit_any_path_then_continue_equals_ar(f32_engine, prompt, seed):
     assert rel_err(ours, ref) <= SELF_TOL
 
 
+@pytest.fixture(scope="module")
+def deep_target(tmp_path_factory) -> Path:
+    """A narrow synthetic qwen35 of 24 layers: 18 DeltaNet layers, so commit replays them in more than one group."""
+    from benchmarks import synth_target
+    out = tmp_path_factory.mktemp("deep") / "target.gguf"
+    synth_target.write(str(out), synth_target.scaled_shape(0.05, 24, mtp=False), seed=5, threads=2, quiet=True)
+    return out
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_commit_of_many_deltanet_layers_equals_ar(deep_target, seed):
+    """The same as the test above on a model whose DeltaNet layers do not fit one commit group."""
+    rng = np.random.default_rng(300 + seed)
+    with closing(engine(deep_target, kv_type="f32", ubatch=32, max_tree=32)) as h:
+        n_vocab = h.info()["n_vocab"]
+        prompt = rng.integers(0, n_vocab, 20, dtype=np.int32)
+        toks, parents = random_tree(rng, int(rng.integers(2, 20)), n_vocab)
+        path = path_to(parents, int(rng.integers(1, toks.size)))
+        tail = rng.integers(0, n_vocab, 6, dtype=np.int32)
+        ref = prefill_logits(h, np.concatenate([prompt, toks[path], tail]))[-tail.size:]
+
+        prefill_logits(h, prompt)
+        h.verify(toks, parents, np.zeros(toks.size, dtype=np.int32))
+        h.commit(np.array(path, dtype=np.int32))
+        ours = prefill_logits(h, tail, reset=False)
+    assert rel_err(ours, ref) <= SELF_TOL
+
+
 @pytest.mark.parametrize("kv_type", ["f32", "f16", "q8_0", "q4_0"])
 def test_speculative_loop_equals_ar_greedy(tiny_gguf, prompt, kv_type):
     """Many verify/commit rounds with random trees that contain the true continuation to a random

@@ -84,14 +84,15 @@ struct GraphSlot {
 };
 
 // Makes a freshly built graph the slot's: checks every op runs on the backend, marks the graph
-// reusable and places its tensors in the slot's compute buffer (LB_E_OOM names `fix`).
+// reusable and places its tensors in the slot's compute buffer (LB_E_OOM names `fix`), or in `shared`'s: an
+// allocator whose graphs never run at once (the caller re-installs the others if its buffer grew).
 template <class Graph>
 Graph & install_graph(ggml_backend_t backend, GraphSlot<Graph> & slot, std::unique_ptr<Graph> g, const char * what,
-                      const std::string & fix) {
+                      const std::string & fix, ggml_gallocr_t shared = nullptr) {
     check_graph_supported(backend, g->meta.gf, what);
     mark_graph_reusable(g->meta.gf);
-    if (!slot.galloc) slot.galloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
-    alloc_graph_or_throw(slot.galloc.get(), g->meta.gf, backend, what, fix);
+    if (!shared && !slot.galloc) slot.galloc.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend)));
+    alloc_graph_or_throw(shared ? shared : slot.galloc.get(), g->meta.gf, backend, what, fix);
     slot.graph = std::move(g);
     ++slot.builds;
     return *slot.graph;

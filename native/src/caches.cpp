@@ -64,6 +64,7 @@ void cache_layout(TargetCache & c, const TargetHparams & hp, int32_t max_ctx, gg
     c.k_raw.assign(n_layer, nullptr); c.v_raw.assign(n_layer, nullptr);
     c.conv.assign(n_layer, nullptr); c.ssm.assign(n_layer, nullptr);
     c.tree_qkv.assign(n_layer, nullptr); c.tree_g.assign(n_layer, nullptr); c.tree_beta.assign(n_layer, nullptr);
+    c.conv_all = c.ssm_all = c.tree_qkv_all = c.tree_g_all = c.tree_beta_all = nullptr;
 
     const int64_t kv_row = int64_t(hp.head_dim) * hp.n_head_kv;
     for (ggml_type t : {type_k, type_v}) {
@@ -75,11 +76,23 @@ void cache_layout(TargetCache & c, const TargetHparams & hp, int32_t max_ctx, gg
     // one context per buffer (KV, state, tree scratch): the state buffer alone is cleared on reset
     c.ctx = new_meta_context(n_layer * 8);
     c.alias_ctx = new_meta_context(n_layer * 2);
-    c.state_ctx = new_meta_context(n_layer * 2);
-    c.tree_ctx = new_meta_context(n_layer * 3);
+    c.state_ctx = new_meta_context(n_layer * 2 + 2);
+    c.tree_ctx = new_meta_context(n_layer * 3 + 3);
     ggml_context * ctx_kv = c.ctx.get();
     ggml_context * ctx_state = c.state_ctx.get();
     ggml_context * ctx_tree = c.tree_ctx.get();
+
+    const int64_t C = hp.conv_channels(), S = hp.head_v_dim, H = hp.n_v_heads, n_rec = hp.n_recurrent_layers();
+    if (n_rec > 0) {
+        c.conv_all = ggml_new_tensor_2d(ctx_state, GGML_TYPE_F32, hp.d_conv - 1, C * n_rec);
+        c.ssm_all = ggml_new_tensor_4d(ctx_state, GGML_TYPE_F32, S, S, H, n_rec);
+        c.tree_qkv_all = ggml_new_tensor_2d(ctx_tree, GGML_TYPE_F32, C * n_rec, max_tree);
+        c.tree_g_all = ggml_new_tensor_3d(ctx_tree, GGML_TYPE_F32, H, max_tree, n_rec);
+        c.tree_beta_all = ggml_new_tensor_3d(ctx_tree, GGML_TYPE_F32, H, max_tree, n_rec);
+        ggml_set_name(c.conv_all, "cache_conv.all");
+        ggml_set_name(c.ssm_all, "cache_ssm.all");
+    }
+    int64_t r = 0;  // DeltaNet layers before this one
 
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         const std::string s = std::to_string(il);
@@ -92,14 +105,20 @@ void cache_layout(TargetCache & c, const TargetHparams & hp, int32_t max_ctx, gg
             c.k_raw[size_t(il)] = ggml_new_tensor_2d(c.alias_ctx.get(), GGML_TYPE_F32, int64_t(k->nb[1] / 4), c.rows);
             c.v_raw[size_t(il)] = ggml_new_tensor_2d(c.alias_ctx.get(), GGML_TYPE_F32, int64_t(v->nb[1] / 4), c.rows);
         } else {
-            const int64_t C = hp.conv_channels(), S = hp.head_v_dim, H = hp.n_v_heads;
-            c.conv[size_t(il)] = ggml_new_tensor_2d(ctx_state, GGML_TYPE_F32, hp.d_conv - 1, C);
-            c.ssm[size_t(il)] = ggml_new_tensor_3d(ctx_state, GGML_TYPE_F32, S, S, H);
-            c.tree_qkv[size_t(il)] = ggml_new_tensor_2d(ctx_tree, GGML_TYPE_F32, C, max_tree);
-            c.tree_g[size_t(il)] = ggml_new_tensor_2d(ctx_tree, GGML_TYPE_F32, H, max_tree);
-            c.tree_beta[size_t(il)] = ggml_new_tensor_2d(ctx_tree, GGML_TYPE_F32, H, max_tree);
-            ggml_set_name(c.conv[size_t(il)], ("cache_conv." + s).c_str());
-            ggml_set_name(c.ssm[size_t(il)], ("cache_ssm." + s).c_str());
+            // views of entry r of the stacks (placed by cache_alloc with them)
+            ggml_tensor * conv = c.conv[size_t(il)] = ggml_view_2d(ctx_state, c.conv_all, hp.d_conv - 1, C,
+                                                                   c.conv_all->nb[1], size_t(r * C) * c.conv_all->nb[1]);
+            ggml_tensor * ssm = c.ssm[size_t(il)] = ggml_view_3d(ctx_state, c.ssm_all, S, S, H, c.ssm_all->nb[1],
+                                                                 c.ssm_all->nb[2], size_t(r) * c.ssm_all->nb[3]);
+            c.tree_qkv[size_t(il)] = ggml_view_2d(ctx_tree, c.tree_qkv_all, C, max_tree, c.tree_qkv_all->nb[1],
+                                                  size_t(r * C) * c.tree_qkv_all->nb[0]);
+            c.tree_g[size_t(il)] = ggml_view_2d(ctx_tree, c.tree_g_all, H, max_tree, c.tree_g_all->nb[1],
+                                                size_t(r) * c.tree_g_all->nb[2]);
+            c.tree_beta[size_t(il)] = ggml_view_2d(ctx_tree, c.tree_beta_all, H, max_tree, c.tree_beta_all->nb[1],
+                                                   size_t(r) * c.tree_beta_all->nb[2]);
+            ggml_set_name(conv, ("cache_conv." + s).c_str());
+            ggml_set_name(ssm, ("cache_ssm." + s).c_str());
+            ++r;
         }
     }
 }

@@ -8,6 +8,8 @@
 //   Tree scratch (Gated DeltaNet layers): the last verify's per-node pre-conv inputs and gates,
 //     tree_qkv[il] = [conv_channels, max_tree], tree_g[il] / tree_beta[il] = [n_v_heads, max_tree];
 //     commit replays the accepted path from these instead of keeping every node's state.
+//   The DeltaNet layers' state and scratch are each one tensor of all layers side by side (the *_all
+//   stacks; the per-layer tensors are views into them), so commit replays many layers with one op each.
 //   Captured features: capture[j] = [n_embd, capture_rows] f32, the residual stream after layer
 //     capture_layers[j] for each token of the last forward (column = token / tree node).
 #pragma once
@@ -33,6 +35,12 @@ struct TargetCache {
     std::vector<ggml_tensor *> k_raw, v_raw;   // per layer; F32 [row_bytes/4, rows] aliases
     std::vector<ggml_tensor *> conv, ssm;      // per layer; nullptr for attention layers
     std::vector<ggml_tensor *> tree_qkv, tree_g, tree_beta;  // per layer; nullptr for attention layers
+    // The stacks (nullptr without DeltaNet layers); DeltaNet layer r (counting DeltaNet layers only) is entry r:
+    ggml_tensor * conv_all = nullptr;      // [d_conv-1, conv_channels * n_rec]
+    ggml_tensor * ssm_all = nullptr;       // [S, S, n_v_heads, n_rec]
+    ggml_tensor * tree_qkv_all = nullptr;  // [conv_channels * n_rec, max_tree]: a node's column holds every layer's
+    ggml_tensor * tree_g_all = nullptr;    // [n_v_heads, max_tree, n_rec]
+    ggml_tensor * tree_beta_all = nullptr; // [n_v_heads, max_tree, n_rec]
 
     std::vector<int32_t> capture_layers;
     std::vector<ggml_tensor *> capture;        // one per capture layer

@@ -97,7 +97,7 @@ lb_memory lb_engine::memory() const {
     out.recurrent = buffer_bytes(cache.state_buf);
     out.tree = buffer_bytes(cache.tree_buf) + buffer_bytes(cache.capture_buf);
     for (const ForwardSlot * s : {&prefill_slot_, &step_slot_, &verify_slot_}) out.compute += galloc_bytes(s->galloc);
-    for (const auto & kv : commit_slots_) out.compute += galloc_bytes(kv.second.galloc);
+    out.compute += galloc_bytes(commit_galloc_);
     if (draft) {
         out.draft = int64_t(draft->weight_bytes());
         out.draft_cache = int64_t(draft->cache_bytes());

@@ -106,9 +106,11 @@ private:
     using ForwardSlot = lb::GraphSlot<lb::ForwardGraph>;
     using CommitSlot = lb::GraphSlot<lb::CommitGraph>;
     ForwardSlot prefill_slot_, step_slot_, verify_slot_;
-    // commit graphs by (n_path, move_kv): accepted lengths vary every step, and a graph per
-    // length (a few MB each) is cheaper than re-planning one graph per call
+    // commit graphs by (n_path, move_kv): accepted lengths vary every step, and a graph per length is cheaper
+    // than re-planning one graph per call. They never run at once, so they share one compute buffer (commit_galloc_,
+    // as large as the largest; a graph keeps its addresses until the buffer grows, which re-installs the others).
     std::map<std::pair<int32_t, bool>, CommitSlot> commit_slots_;
+    ggml_gallocr_ptr commit_galloc_;
     uint32_t capture_gen_ = 0;
 
     // the last verify, kept for commit

@@ -70,6 +70,8 @@ private:
     ggml_tensor * need(const std::string & name, std::vector<int64_t> ne, bool must_be_f32, bool required = true,
                        bool host_only = false);
     StackedMatrices need_stacked(const std::vector<std::pair<std::string, std::vector<int64_t>>> & members);
+    // An F32 tensor of shape ne read into rows [row0, row0 + ne[1]) of `stack` (a view of it).
+    ggml_tensor * need_rows_of(const std::string & name, std::vector<int64_t> ne, ggml_tensor * stack, int64_t row0);
     int64_t check_tensor(const std::string & name, std::vector<int64_t> & ne, bool must_be_f32, bool required);
 
     GgufFile & f_;
@@ -247,6 +249,15 @@ StackedMatrices TensorLoader::need_stacked(
     return out;
 }
 
+ggml_tensor * TensorLoader::need_rows_of(const std::string & name, std::vector<int64_t> ne, ggml_tensor * stack,
+                                        int64_t row0) {
+    const int64_t id = check_tensor(name, ne, /*must_be_f32=*/true, /*required=*/true);
+    ggml_tensor * t = ggml_view_2d(m_.ctx.get(), stack, ne[0], ne[1], stack->nb[1], size_t(row0) * stack->nb[1]);
+    ggml_set_name(t, name.c_str());
+    sources_.push_back({t, id, f_.tensor_type(id) != GGML_TYPE_F32, false});
+    return t;
+}
+
 void TensorLoader::create_tensors() {
     const TargetHparams & hp = m_.hp;
     const int64_t id_embd = f_.find_tensor("token_embd.weight");
@@ -268,6 +279,12 @@ void TensorLoader::create_tensors() {
     m_.output = tied ? m_.tok_embd : need("output.weight", {E, V}, false);
 
     m_.layers.resize(size_t(hp.n_layer));
+    if (hp.n_recurrent_layers() > 0) {
+        m_.conv1d_all = ggml_new_tensor_2d(m_.ctx.get(), GGML_TYPE_F32, hp.d_conv,
+                                           int64_t(hp.conv_channels()) * hp.n_recurrent_layers());
+        ggml_set_name(m_.conv1d_all, "ssm_conv1d.stack");
+    }
+    int64_t n_rec = 0;  // DeltaNet layers before this one
     for (int32_t il = 0; il < hp.n_layer; ++il) {
         TargetLayer & L = m_.layers[size_t(il)];
         const std::string p = "blk." + std::to_string(il) + ".";
@@ -281,7 +298,7 @@ void TensorLoader::create_tensors() {
             const int64_t C = hp.conv_channels(), Dv = hp.value_dim(), Hv = hp.n_v_heads;
             L.ssm_in = need_stacked({{p + "attn_qkv.weight", {E, C}}, {p + "attn_gate.weight", {E, Dv}},
                                      {p + "ssm_beta.weight", {E, Hv}}, {p + "ssm_alpha.weight", {E, Hv}}});
-            L.conv1d = need(p + "ssm_conv1d.weight", {hp.d_conv, C}, true);
+            L.conv1d = need_rows_of(p + "ssm_conv1d.weight", {hp.d_conv, C}, m_.conv1d_all, C * n_rec++);
             L.ssm_dt = need(p + "ssm_dt.bias", {Hv}, true);
             L.ssm_a = need(p + "ssm_a", {Hv}, true);
             L.ssm_norm = need(p + "ssm_norm.weight", {hp.head_v_dim}, true);

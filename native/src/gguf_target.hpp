@@ -73,7 +73,7 @@ struct TargetLayer {
     // Gated DeltaNet
     StackedMatrices ssm_in;              // qkv [n_embd, conv_channels] (q | k | v, pre-conv),
                                          // z [n_embd, value_dim] (output gate), beta, alpha [n_embd, n_v_heads]
-    ggml_tensor * conv1d = nullptr;      // [d_conv, conv_channels] f32
+    ggml_tensor * conv1d = nullptr;      // [d_conv, conv_channels] f32 (rows of TargetModel::conv1d_all)
     ggml_tensor * ssm_dt = nullptr;      // [n_v_heads] f32 (dt bias)
     ggml_tensor * ssm_a = nullptr;       // [n_v_heads] f32 (-exp(A_log))
     ggml_tensor * ssm_norm = nullptr;    // [head_v_dim]
@@ -89,6 +89,9 @@ struct TargetModel {
     ggml_tensor * output_norm = nullptr; // [n_embd]
     ggml_tensor * output = nullptr;      // [n_embd, n_vocab]; == tok_embd when tied
     std::vector<TargetLayer> layers;
+    // [d_conv, conv_channels * n_recurrent_layers] f32: every DeltaNet layer's conv1d side by side (the layers' conv1d
+    // are views of it), so commit replays many layers in one conv (commit_graph.hpp); nullptr without DeltaNet layers
+    ggml_tensor * conv1d_all = nullptr;
 
     // Owned, freed in reverse: the mapping last (the buffers may wrap it), the context after its buffers.
     struct Mapping {

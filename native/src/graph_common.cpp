@@ -22,44 +22,47 @@ ggml_tensor * l2_norm(ggml_context * ctx, ggml_tensor * x) {
 
 size_t graph_max_nodes(int32_t n_layer) { return size_t(n_layer) * 96 + 512; }
 
-DeltaOut build_delta_core(ggml_context * ctx, const TargetHparams & hp, const TargetLayer & L,
-                          ggml_tensor * conv_state, ggml_tensor * ssm_state, ggml_tensor * qkv, ggml_tensor * g,
-                          ggml_tensor * beta, ggml_tensor * parents) {
+DeltaOut build_delta_core(ggml_context * ctx, const TargetHparams & hp, ggml_tensor * conv1d, ggml_tensor * conv_state,
+                          ggml_tensor * ssm_state, ggml_tensor * qkv, ggml_tensor * g, ggml_tensor * beta,
+                          ggml_tensor * parents) {
     const int64_t n = qkv->ne[1];
-    const int64_t C = hp.conv_channels();
+    const int64_t L = ssm_state->ne[3];
+    const int64_t C = hp.conv_channels(), CL = C * L;
     const int64_t S = hp.head_v_dim, Hk = hp.n_k_heads, Hv = hp.n_v_heads;
     const int64_t key_dim = hp.key_dim();
+    GGML_ASSERT(qkv->ne[0] == CL && conv_state->ne[1] == CL && conv1d->ne[1] == CL && (!parents || L == 1));
     DeltaOut out;
 
     // conv input: the committed window (oldest first) followed by the new tokens, time along ne0
-    ggml_tensor * sx = ggml_concat(ctx, conv_state, ggml_transpose(ctx, qkv), 0);  // [d_conv-1+n, C]
-    sx = ggml_reshape_3d(ctx, sx, sx->ne[0], C, 1);
-    ggml_tensor * conv = parents ? ggml_ssm_conv_tree(ctx, sx, L.conv1d, parents) : ggml_ssm_conv(ctx, sx, L.conv1d);
-    conv = ggml_reshape_2d(ctx, ggml_silu(ctx, conv), C, n);  // silu right after the conv: ggml-cuda fuses the pair
+    ggml_tensor * sx = ggml_concat(ctx, conv_state, ggml_transpose(ctx, qkv), 0);  // [d_conv-1+n, C L]
+    sx = ggml_reshape_3d(ctx, sx, sx->ne[0], CL, 1);
+    ggml_tensor * conv = parents ? ggml_ssm_conv_tree(ctx, sx, conv1d, parents) : ggml_ssm_conv(ctx, sx, conv1d);
+    conv = ggml_reshape_2d(ctx, ggml_silu(ctx, conv), CL, n);  // silu right after the conv: ggml-cuda fuses the pair
     if (!parents) {
-        out.new_conv = ggml_view_2d(ctx, sx, hp.d_conv - 1, C, sx->nb[1], ggml_row_size(sx->type, n));
+        out.new_conv = ggml_view_2d(ctx, sx, hp.d_conv - 1, CL, sx->nb[1], ggml_row_size(sx->type, n));
     }
 
     const size_t es = ggml_element_size(conv);
-    // q and k lie side by side in each token's row (q | k | v): one l2 norm over both heads' rows (one launch, not
-    // two; a row's arithmetic is the same), then q and k as views of its output
-    ggml_tensor * qk = l2_norm(ctx, ggml_view_3d(ctx, conv, S, 2 * Hk, n, S * es, conv->nb[1], 0));  // [S, 2 Hk, n]
-    ggml_tensor * q = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[2] * n, 0);
-    ggml_tensor * k = ggml_view_4d(ctx, qk, S, Hk, n, 1, qk->nb[1], qk->nb[2], qk->nb[2] * n, size_t(Hk) * qk->nb[1]);
-    ggml_tensor * v = ggml_view_4d(ctx, conv, S, Hv, n, 1, S * es, conv->nb[1], conv->nb[1] * n, 2 * key_dim * es);
-    ggml_tensor * g4 = ggml_reshape_4d(ctx, g, 1, Hv, n, 1);
-    ggml_tensor * b4 = ggml_reshape_4d(ctx, beta, 1, Hv, n, 1);
-    ggml_tensor * s4 = ggml_reshape_4d(ctx, ssm_state, S, S, Hv, 1);
+    // q and k lie side by side in each layer's part of a token's row (q | k | v): one l2 norm over both heads' rows of
+    // every layer (one launch; a row's arithmetic is the same), then q and k as views of its output [S, 2 Hk, L, n]
+    ggml_tensor * qk = l2_norm(ctx, ggml_view_4d(ctx, conv, S, 2 * Hk, L, n, S * es, C * es, conv->nb[1], 0));
+    // [S, H, n, L]: the layers are the delta net's sequences (each its own state)
+    ggml_tensor * q = ggml_view_4d(ctx, qk, S, Hk, n, L, qk->nb[1], qk->nb[3], qk->nb[2], 0);
+    ggml_tensor * k = ggml_view_4d(ctx, qk, S, Hk, n, L, qk->nb[1], qk->nb[3], qk->nb[2], size_t(Hk) * qk->nb[1]);
+    ggml_tensor * v = ggml_view_4d(ctx, conv, S, Hv, n, L, S * es, conv->nb[1], C * es, 2 * key_dim * es);
+    ggml_tensor * g4 = ggml_reshape_4d(ctx, g, 1, Hv, n, L);
+    ggml_tensor * b4 = ggml_reshape_4d(ctx, beta, 1, Hv, n, L);
+    ggml_tensor * s4 = ggml_reshape_4d(ctx, ssm_state, S, S, Hv, L);
 
-    // Both ops pack y first: [S*Hv, n] rows; the chain op then holds the final state.
+    // Both ops pack y first: [S*Hv, n * L] rows; the chain op then holds the final states.
     // the tree op's per-token states are scratch here (commit replays the accepted path): only the ones it reads
     // back on a branch switch are stored
     ggml_tensor * r = parents ? ggml_gated_delta_net_tree(ctx, q, k, v, g4, b4, s4, parents, /*branch_states_only=*/true)
                               : ggml_gated_delta_net(ctx, q, k, v, g4, b4, s4, /*K=*/1);
-    out.y = ggml_view_3d(ctx, r, S, Hv, n, S * ggml_element_size(r), S * Hv * ggml_element_size(r), 0);
+    const size_t rs = ggml_element_size(r);
+    out.y = ggml_view_4d(ctx, r, S, Hv, n, L, S * rs, S * Hv * rs, S * Hv * n * rs, 0);
     if (!parents) {
-        out.new_state = ggml_view_3d(ctx, r, S, S, Hv, S * ggml_element_size(r), S * S * ggml_element_size(r),
-                                     size_t(S * Hv * n) * ggml_element_size(r));
+        out.new_state = ggml_view_3d(ctx, r, S, S, Hv * L, S * rs, S * S * rs, size_t(S * Hv * n * L) * rs);
     }
     return out;
 }
@@ -67,9 +70,9 @@ DeltaOut build_delta_core(ggml_context * ctx, const TargetHparams & hp, const Ta
 void store_delta_state(ggml_context * ctx, ggml_cgraph * gf, const DeltaOut & d, ggml_tensor * conv_state,
                        ggml_tensor * ssm_state) {
     ggml_build_forward_expand(gf, ggml_cpy(ctx, d.new_conv, conv_state));
-    const int64_t n = ggml_nelements(ssm_state);
-    ggml_tensor * flat = ggml_view_3d(ctx, ssm_state, n, 1, 1, size_t(n) * ggml_element_size(ssm_state),
-                                      size_t(n) * ggml_element_size(ssm_state), 0);
+    const int64_t L = ssm_state->ne[3], D = ggml_nelements(ssm_state) / L;
+    const size_t es = ggml_element_size(ssm_state);
+    ggml_tensor * flat = ggml_view_3d(ctx, ssm_state, D, L, 1, size_t(D) * es, size_t(D * L) * es, 0);
     ggml_build_forward_expand(gf, ggml_cpy(ctx, d.new_state, flat));
 }
 

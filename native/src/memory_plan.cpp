@@ -106,12 +106,13 @@ lb_memory plan_memory(const lb_params & p, const lb_plan_shape & s) {
     if (has_draft) {
         const int32_t nodes = std::min(s.verify_nodes, p.max_ctx);
         const size_t verify = forward_bytes(*model, cache, {nodes, rows, true, true}, s, buft);
-        // commit keeps one graph per (path length, rows moved or not): accepted paths are at most a block
+        // commit keeps one graph per (path length, rows moved or not), all in one buffer as large as the largest:
+        // accepted paths are at most a block
         size_t commit = 0;
         for (int32_t n_path = 1; n_path <= std::min(nodes, block); ++n_path) {
             for (bool move_kv : {false, true}) {
                 if (move_kv && n_path == 1) continue;  // a path of the root alone moves nothing
-                commit += plan_graph_bytes(build_commit(*model, cache, n_path, move_kv)->meta.gf, buft);
+                commit = std::max(commit, plan_graph_bytes(build_commit(*model, cache, n_path, move_kv)->meta.gf, buft));
             }
         }
         log_slot("verify", verify);

@@ -92,7 +92,7 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
         keep(beta, c.tree_beta[size_t(il)]);
         parents = fg.parents;
     }
-    DeltaOut d = build_delta_core(ctx, hp, L, c.conv[size_t(il)], c.ssm[size_t(il)], qkv, g, beta, parents);
+    DeltaOut d = build_delta_core(ctx, hp, L.conv1d, c.conv[size_t(il)], c.ssm[size_t(il)], qkv, g, beta, parents);
     if (!s.tree) {
         store_delta_state(ctx, gf, d, c.conv[size_t(il)], c.ssm[size_t(il)]);
     }

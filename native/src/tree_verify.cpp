@@ -87,11 +87,23 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
     const bool move_kv = !identity;
     CommitSlot & slot = commit_slots_[{n_path, move_kv}];
     if (!slot.graph) {
+        if (!commit_galloc_) commit_galloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
+        const size_t before = ggml_gallocr_get_buffer_size(commit_galloc_.get(), 0);
         lb::install_graph(backend.get(), slot, lb::build_commit(*model, cache, n_path, move_kv), "commit",
-                          "lower max_ctx or max_tree");
+                          "lower max_ctx or max_tree", commit_galloc_.get());
+        if (ggml_gallocr_get_buffer_size(commit_galloc_.get(), 0) != before) {
+            // a new buffer: the other graphs' tensors pointed into the old one, so they are built again when used
+            for (auto & other : commit_slots_) {
+                if (&other.second != &slot) other.second.graph.reset();
+            }
+        }
     }
     lb::CommitGraph & g = *slot.graph;
-    lb::set_graph_input(g.path, path, size_t(n_path) * sizeof(int32_t));
+    // the path once per row of the input (each a layer's index row in the batched gathers)
+    const int64_t rows = g.path->ne[1];
+    i32_host_.resize(size_t(n_path * rows));
+    for (int64_t r = 0; r < rows; ++r) std::copy(path, path + n_path, i32_host_.begin() + r * n_path);
+    lb::set_graph_input(g.path, i32_host_.data(), i32_host_.size() * sizeof(int32_t));
     if (g.kv_src) {
         i32_host_.resize(size_t(n_path));
         kv_idx_host_.resize(size_t(n_path));

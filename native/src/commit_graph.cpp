@@ -49,12 +49,15 @@ std::unique_ptr<CommitGraph> build_commit(const TargetModel & m, const TargetCac
         auto columns = [&](ggml_tensor * t) {
             return ggml_view_2d(ctx, t, C * L, t->ne[1], t->nb[1], size_t(r0 * C) * t->nb[0]);
         };
-        auto rows = [&](ggml_tensor * t) { return ggml_view_2d(ctx, t, t->ne[0], C * L, t->nb[1], size_t(r0 * C) * t->nb[1]); };
+        auto rows = [&](ggml_tensor * t) {
+            return ggml_view_2d(ctx, t, t->ne[0], C * L, t->nb[1], size_t(r0 * C) * t->nb[1]);
+        };
         auto last_3d = [&](ggml_tensor * t) {
             return ggml_view_3d(ctx, t, t->ne[0], t->ne[1], L, t->nb[1], t->nb[2], size_t(r0) * t->nb[2]);
         };
         ggml_tensor * path = ggml_view_2d(ctx, cg->path, n_path, L, cg->path->nb[1], 0);
-        ggml_tensor * qkv = ggml_get_rows(ctx, columns(c.tree_qkv_all), ggml_view_1d(ctx, cg->path, n_path, 0));  // [C L, n_path]
+        ggml_tensor * node = ggml_view_1d(ctx, cg->path, n_path, 0);
+        ggml_tensor * qkv = ggml_get_rows(ctx, columns(c.tree_qkv_all), node);   // [C L, n_path]
         ggml_tensor * g = ggml_get_rows(ctx, last_3d(c.tree_g_all), path);        // [Hv, n_path, L]
         ggml_tensor * beta = ggml_get_rows(ctx, last_3d(c.tree_beta_all), path);  // [Hv, n_path, L]
         ggml_tensor * conv_state = rows(c.conv_all);

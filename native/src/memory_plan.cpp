@@ -116,7 +116,7 @@ lb_memory plan_memory(const lb_params & p, const lb_plan_shape & s) {
             }
         }
         log_slot("verify", verify);
-        log_slot("commit (all paths)", commit);
+        log_slot("commit (one buffer for all paths)", commit);
         out.compute += int64_t(verify + commit);
     }
     return out;

@@ -88,15 +88,22 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
     CommitSlot & slot = commit_slots_[{n_path, move_kv}];
     if (!slot.graph) {
         if (!commit_galloc_) commit_galloc_.reset(ggml_gallocr_new(ggml_backend_get_default_buffer_type(backend.get())));
-        const size_t before = ggml_gallocr_get_buffer_size(commit_galloc_.get(), 0);
-        lb::install_graph(backend.get(), slot, lb::build_commit(*model, cache, n_path, move_kv), "commit",
-                          "lower max_ctx or max_tree", commit_galloc_.get());
-        if (ggml_gallocr_get_buffer_size(commit_galloc_.get(), 0) != before) {
-            // a new buffer: the other graphs' tensors pointed into the old one, so they are built again when used
+        // a new buffer (grown, or freed by a failed growth) leaves the other graphs' tensors pointing into the old
+        // one: they are built again when next used
+        auto drop_others = [&] {
             for (auto & other : commit_slots_) {
                 if (&other.second != &slot) other.second.graph.reset();
             }
+        };
+        const size_t before = ggml_gallocr_get_buffer_size(commit_galloc_.get(), 0);
+        try {
+            lb::install_graph(backend.get(), slot, lb::build_commit(*model, cache, n_path, move_kv), "commit",
+                              "lower max_ctx or max_tree", commit_galloc_.get());
+        } catch (...) {
+            drop_others();
+            throw;
         }
+        if (ggml_gallocr_get_buffer_size(commit_galloc_.get(), 0) != before) drop_others();
     }
     lb::CommitGraph & g = *slot.graph;
     // the path once per row of the input (each a layer's index row in the batched gathers)

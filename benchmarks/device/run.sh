@@ -136,11 +136,18 @@ stage_attnprof() {
     # where the warps wait (stall reasons per kernel)
     timeout 200 ncu -k regex:fattn_invariant_mma --section WarpStateStats --print-details body \
         "$BUILD/attn_check" profile >"$OUT/attn_ncu_stalls.txt" 2>&1 || true
-    # ... and by SASS line for the last mma launch of `attn_check profile` (one query at 128K over q4_0)
-    timeout 150 ncu -k regex:fattn_invariant_mma --launch-skip 11 --launch-count 1 --section WarpStateStats \
-        --section SourceCounters -f -o "$WORK/attn_1q_128k" "$BUILD/attn_check" profile >/dev/null 2>&1 &&
-        ncu -i "$WORK/attn_1q_128k.ncu-rep" --page source --csv --print-source sass >"$WORK/attn_sass.csv" 2>&1 &&
-        python3 benchmarks/device/sass_hot.py "$WORK/attn_sass.csv" 80 >"$OUT/attn_sass_hot.txt" 2>&1 || true
+    # ... and by SASS line for the last two mma launches of `attn_check profile`: the last is one query at 128K over
+    # q4_0, the one before it (part of) the 23-node tree at 128K (the launches of the first pass, in order, say which)
+    local n_mma name skip
+    n_mma=$(grep -c "fattn_invariant_mma.*Context" "$OUT/attn_ncu.txt")
+    for name in tree_128k 1q_128k; do
+        if [ "$name" = tree_128k ]; then skip=$((n_mma - 2)); else skip=$((n_mma - 1)); fi
+        [ "$skip" -ge 0 ] || continue
+        timeout 150 ncu -k regex:fattn_invariant_mma --launch-skip "$skip" --launch-count 1 --section WarpStateStats \
+            --section SourceCounters -f -o "$WORK/attn_$name" "$BUILD/attn_check" profile >/dev/null 2>&1 &&
+            ncu -i "$WORK/attn_$name.ncu-rep" --page source --csv --print-source sass >"$WORK/attn_sass.csv" 2>&1 &&
+            python3 benchmarks/device/sass_hot.py "$WORK/attn_sass.csv" 80 >"$OUT/attn_sass_hot_$name.txt" 2>&1 || true
+    done
 }
 
 stage_lbqprof() {

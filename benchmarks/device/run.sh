@@ -125,17 +125,18 @@ stage_profile() {
 
 stage_attnprof() {
     log "Nsight Compute on the invariant attention kernels (attn_check profile)"
-    # durations and occupancy of each kernel (scan, index, mma, merge); LUCEBOX_ATTNPROF=full adds the memory and
-    # source sections and a stall-reason pass (several minutes)
+    # durations and occupancy of each kernel (scan, index, mma, merge); LUCEBOX_ATTNPROF=hot adds the hottest SASS
+    # lines of the two deepest mma launches (~2 min), =full also the memory and source sections and a stall-reason
+    # pass over every mma launch (several minutes more)
     local sections=(--section SpeedOfLight --section Occupancy --section LaunchStats)
     [ "${LUCEBOX_ATTNPROF:-}" = full ] && sections+=(--section WarpStateStats --section SourceCounters
                                                      --section MemoryWorkloadAnalysis)
     timeout 300 ncu -k regex:fattn_invariant "${sections[@]}" "$BUILD/attn_check" profile >"$OUT/attn_ncu.txt" 2>&1
     grep -E "fattn_invariant|Duration|Achieved Occupancy|Registers Per|Stall" "$OUT/attn_ncu.txt" | head -80
-    [ "${LUCEBOX_ATTNPROF:-}" = full ] || return 0
+    case "${LUCEBOX_ATTNPROF:-}" in hot|full) ;; *) return 0 ;; esac
     # where the warps wait (stall reasons per kernel)
-    timeout 200 ncu -k regex:fattn_invariant_mma --section WarpStateStats --print-details body \
-        "$BUILD/attn_check" profile >"$OUT/attn_ncu_stalls.txt" 2>&1 || true
+    [ "${LUCEBOX_ATTNPROF:-}" = full ] && { timeout 200 ncu -k regex:fattn_invariant_mma --section WarpStateStats \
+        --print-details body "$BUILD/attn_check" profile >"$OUT/attn_ncu_stalls.txt" 2>&1 || true; }
     # ... and by SASS line for the last two mma launches of `attn_check profile`: the last is one query at 128K over
     # q4_0, the one before it (part of) the 23-node tree at 128K (the launches of the first pass, in order, say which)
     local n_mma name skip

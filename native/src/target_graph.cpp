@@ -77,9 +77,14 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     const std::vector<ggml_tensor *> in = L.ssm_in.project(ctx, x);
     ggml_tensor * qkv = in[0];  // [C, n]
     ggml_tensor * z = in[1];    // [value_dim, n]
-    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_is_contiguous(in[2]) ? in[2] : ggml_cont(ctx, in[2]));  // [Hv, n]
     ggml_tensor * alpha = in[3];
+    // The gates' ops go into the graph one after the other (alpha's view first; in a verify, their copies for commit
+    // right after them): ggml-cuda runs that run as one kernel with the same bits (patch 0034).
+    ggml_build_forward_expand(gf, alpha);
+    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_is_contiguous(in[2]) ? in[2] : ggml_cont(ctx, in[2]));  // [Hv, n]
+    ggml_build_forward_expand(gf, beta);
     ggml_tensor * g = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.ssm_dt)), L.ssm_a);  // [Hv, n]
+    ggml_build_forward_expand(gf, g);
 
     ggml_tensor * parents = nullptr;
     if (s.tree) {
@@ -87,9 +92,9 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
         const auto keep = [&](ggml_tensor * src, ggml_tensor * dst) {
             ggml_build_forward_expand(gf, ggml_cpy(ctx, src, ggml_view_2d(ctx, dst, src->ne[0], n, dst->nb[1], 0)));
         };
-        keep(qkv, c.tree_qkv[size_t(il)]);
-        keep(g, c.tree_g[size_t(il)]);
         keep(beta, c.tree_beta[size_t(il)]);
+        keep(g, c.tree_g[size_t(il)]);
+        keep(qkv, c.tree_qkv[size_t(il)]);
         parents = fg.parents;
     }
     DeltaOut d = build_delta_core(ctx, hp, L.conv1d, c.conv[size_t(il)], c.ssm[size_t(il)], qkv, g, beta, parents);

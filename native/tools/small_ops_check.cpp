@@ -5,7 +5,8 @@
 // and ggml_argmax over vocabulary-long rows (0026). Ties in argmax: the CUDA kernel takes the lowest column, the
 // CPU backend the highest, so the compared rows have none and planted ties are checked against that rule.
 // And a residual ADD fused into the RMS_NORM -> MUL after it (0029), on the CUDA backend against the same ops apart
-// (their sums of squares run in another order than the CPU backend's), with a check that the fusion ran.
+// (their sums of squares run in another order than the CPU backend's), with a check that the fusion ran; and a Gated
+// DeltaNet layer's gates (sigmoid, add, softplus, product, the verify's copies) as one kernel (0034), likewise.
 //   small_ops_check         prints one line per case; exit 1 if any result is off
 #include "compute_once.hpp"
 #include "ggml-cpu.h"
@@ -14,6 +15,7 @@
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <random>
@@ -86,6 +88,23 @@ const AddNormCase kAddNorms[] = {
     {"add+rms_norm+mul 640 x 5", 640, 5, false},
 };
 
+// A Gated DeltaNet layer's gates as the engine lays them out: alpha and b, H-value rows of a stacked product's output
+// [4 H, n] (strided for n > 1), beta = sigmoid(b) (after a CONT where b is strided), g = softplus(alpha + dt) * a;
+// `keep`: both copied into the first n rows of larger tensors right after (a verify's copies for its commit)
+struct GatesCase {
+    const char * name;
+    int64_t H, n;
+    bool keep;
+};
+
+const GatesCase kGates[] = {
+    // an AR step's, a verify's (kept), a prefill micro-batch's (the 27B's 48 value heads), an odd size
+    {"delta gates 48 x 1", 48, 1, false},
+    {"delta gates 48 x 23, kept", 48, 23, true},
+    {"delta gates 48 x 512", 48, 512, false},
+    {"delta gates 7 x 3, kept", 7, 3, true},
+};
+
 std::vector<unsigned char> random_bytes(const ggml_tensor * t, std::mt19937 & rng) {
     std::vector<unsigned char> b(ggml_nbytes(t));
     std::uniform_int_distribution<int> byte(0, 255);
@@ -110,7 +129,7 @@ std::vector<unsigned char> random_bytes(const ggml_tensor * t, std::mt19937 & rn
 template <typename Build>
 std::vector<unsigned char> run(ggml_backend_t backend, Build build, ggml_tensor * const * probe = nullptr,
                                std::vector<unsigned char> * probed = nullptr) {
-    ggml_init_params ip = {ggml_tensor_overhead() * 16 + ggml_graph_overhead(), nullptr, true};
+    ggml_init_params ip = {ggml_tensor_overhead() * 32 + ggml_graph_overhead(), nullptr, true};
     const ggml_context_ptr owned(ggml_init(ip));
     ggml_context * ctx = owned.get();
     ggml_cgraph * g = ggml_new_graph(ctx);
@@ -188,6 +207,55 @@ bool add_norm_ok(const AddNormCase & c, ggml_backend_t cuda, ggml_backend_t cpu)
     return fused == apart && std::equal(on_cpu.begin(), on_cpu.begin() + sum_bytes, fused.begin()) && norm_unwritten;
 }
 
+// [beta | g | the copies' whole destinations]. `apart`: a view between the ADD and the softplus, so that no fusion can
+// take the run (softplus and the product may still run as one kernel: the engine's way before 0034). *add: the ADD
+// node (its buffer is left unwritten where the run is one kernel).
+ggml_tensor * build_gates(const GatesCase & c, bool apart, ggml_context * ctx, ggml_cgraph * g, ggml_tensor ** add) {
+    ggml_tensor * proj = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, 4 * c.H, c.n);
+    ggml_tensor * dt = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c.H);
+    ggml_tensor * a = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, c.H);
+    ggml_tensor * b = ggml_view_2d(ctx, proj, c.H, c.n, proj->nb[1], size_t(2 * c.H) * sizeof(float));
+    ggml_tensor * alpha = ggml_view_2d(ctx, proj, c.H, c.n, proj->nb[1], size_t(3 * c.H) * sizeof(float));
+    ggml_build_forward_expand(g, alpha);
+    ggml_tensor * beta = ggml_sigmoid(ctx, ggml_is_contiguous(b) ? b : ggml_cont(ctx, b));
+    ggml_build_forward_expand(g, beta);
+    *add = ggml_add(ctx, alpha, dt);
+    ggml_tensor * gate = ggml_mul(ctx, ggml_softplus(ctx, apart ? ggml_view_2d(ctx, *add, c.H, c.n, (*add)->nb[1], 0) : *add), a);
+    ggml_build_forward_expand(g, gate);
+    ggml_tensor * out = ggml_concat(ctx, beta, gate, 1);
+    if (c.keep) {
+        for (ggml_tensor * src : {beta, gate}) {
+            ggml_tensor * into = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, c.H, 64);
+            ggml_tensor * kept = ggml_cpy(ctx, src, ggml_view_2d(ctx, into, c.H, c.n, into->nb[1], 0));
+            ggml_build_forward_expand(g, kept);
+            out = ggml_concat(ctx, out, ggml_view_2d(ctx, kept, c.H, 64, into->nb[1], 0), 1);  // all of `into`, after
+        }
+    }
+    ggml_build_forward_expand(g, out);
+    return out;
+}
+
+// The fused kernel against the ops apart on `cuda`, bit for bit, the CPU backend's within its exp / log rounding, and
+// the ADD's own buffer never written (the fusion ran).
+bool gates_ok(const GatesCase & c, ggml_backend_t cuda, ggml_backend_t cpu) {
+    ggml_tensor * add = nullptr;
+    std::vector<unsigned char> add_bytes;
+    auto build = [&](bool apart) {
+        return [&c, apart, &add](ggml_context * ctx, ggml_cgraph * g) { return build_gates(c, apart, ctx, g, &add); };
+    };
+    const std::vector<unsigned char> fused = run(cuda, build(false), &add, &add_bytes);
+    const bool add_unwritten = std::all_of(add_bytes.begin(), add_bytes.end(), [](unsigned char v) { return v == 0xff; });
+    const std::vector<unsigned char> apart = run(cuda, build(true)), on_cpu = run(cpu, build(false));
+    bool close = fused.size() == on_cpu.size();
+    for (size_t i = 0; close && i + 4 <= fused.size(); i += 4) {
+        float x, y;
+        std::memcpy(&x, &fused[i], 4);
+        std::memcpy(&y, &on_cpu[i], 4);
+        close = std::fabs(x - y) <= 1e-5f * (1.0f + std::fabs(y));
+    }
+    return fused == apart && close && add_unwritten;
+}
+
 // Ties on the CUDA backend: the lowest of the maximal columns, in one part and across parts
 bool argmax_ties_ok(ggml_backend_t cuda) {
     const int64_t n_cols = 248320, n_rows = 3;
@@ -238,6 +306,9 @@ int main() {
     report("argmax ties: lowest column", argmax_ties_ok(cuda));
     for (const AddNormCase & c : kAddNorms) {
         report(c.name, add_norm_ok(c, cuda, cpu));
+    }
+    for (const GatesCase & c : kGates) {
+        report(c.name, gates_ok(c, cuda, cpu));
     }
     std::printf(bad ? "FAILED: %d cases\n" : "all ok\n", bad);
     return bad ? 1 : 0;

@@ -6,6 +6,8 @@
 //   attn_check profile  only runs the invariant kernels at the 27B shape (1 query, a 23-node tree and a
 //                       512-query tile at 8K, F16; 1 query and a tree at 32K and 128K, Q4_0), for a profiler
 //                       (ncu -k regex:fattn_invariant)
+//   attn_check profile_ggml  only runs ggml's own kernels on the 23-node tree at 128K (F16, then Q4_0), the design the
+//                       invariant kernel is measured against (ncu -k regex:flash_attn)
 // Checks, all bit for bit except the last:
 //   tree == AR     each node of a random 23-node tree (ancestors at scattered slots, siblings masked)
 //                  equals one query whose path sits in consecutive slots (the AR step of that node);
@@ -228,6 +230,14 @@ int main(int argc, char ** argv) {
             attend(cuda, s, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, deep);
             attend(cuda, s, GGML_TYPE_Q4_0, GGML_TYPE_Q4_0, one_query(s, deep, 22, depth));
         }
+        return 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "profile_ggml") == 0) {
+        ggml_backend_cuda_set_batch_invariant(false);
+        const Shape s = {256, 24, 4};
+        std::vector<std::vector<int>> paths;
+        const Problem deep = tree_problem(s, 131072 - 23, 23, 131072, rng, paths);
+        for (ggml_type t : {GGML_TYPE_F16, GGML_TYPE_Q4_0}) attend(cuda, s, t, t, deep);
         return 0;
     }
     const bool walk_set = std::getenv("GGML_CUDA_INVARIANT_WALK_BLOCKS") != nullptr;

@@ -192,19 +192,38 @@ ggml_tensor * build_add_norm(const AddNormCase & c, bool apart, ggml_context * c
     return out;
 }
 
+// A fusion's case run three ways: on `cuda` as built (fused), on `cuda` with its ops kept apart, on the CPU backend;
+// and whether the probed node's buffer stayed unwritten in the fused run (the fusion ran). build_case(apart, ctx, g,
+// &probe) builds the case and names the node to probe.
+struct FusionRuns {
+    std::vector<unsigned char> fused, apart, on_cpu;
+    bool probe_unwritten;
+};
+
+template <typename BuildCase>
+FusionRuns fusion_runs(BuildCase build_case, ggml_backend_t cuda, ggml_backend_t cpu) {
+    ggml_tensor * probe = nullptr;
+    std::vector<unsigned char> probe_bytes;
+    auto build = [&](bool apart) {
+        return [&build_case, apart, &probe](ggml_context * ctx, ggml_cgraph * g) { return build_case(apart, ctx, g, &probe); };
+    };
+    FusionRuns r;
+    r.fused = run(cuda, build(false), &probe, &probe_bytes);
+    r.probe_unwritten = std::all_of(probe_bytes.begin(), probe_bytes.end(), [](unsigned char v) { return v == 0xff; });
+    r.apart = run(cuda, build(true));
+    r.on_cpu = run(cpu, build(false));
+    return r;
+}
+
 // The fused kernel against the ops apart on `cuda`, bit for bit (the sum and the product), the sum against the CPU
 // backend's, and the norm's own buffer never written (the fusion ran).
 bool add_norm_ok(const AddNormCase & c, ggml_backend_t cuda, ggml_backend_t cpu) {
-    ggml_tensor * norm = nullptr;
-    std::vector<unsigned char> norm_bytes;
-    auto build = [&](bool apart) {
-        return [&c, apart, &norm](ggml_context * ctx, ggml_cgraph * g) { return build_add_norm(c, apart, ctx, g, &norm); };
-    };
-    const std::vector<unsigned char> fused = run(cuda, build(false), &norm, &norm_bytes);
-    const bool norm_unwritten = std::all_of(norm_bytes.begin(), norm_bytes.end(), [](unsigned char v) { return v == 0xff; });
-    const std::vector<unsigned char> apart = run(cuda, build(true)), on_cpu = run(cpu, build(false));
+    const FusionRuns r = fusion_runs(
+        [&c](bool apart, ggml_context * ctx, ggml_cgraph * g, ggml_tensor ** norm) { return build_add_norm(c, apart, ctx, g, norm); },
+        cuda, cpu);
     const size_t sum_bytes = size_t(c.n_cols * c.n_rows) * sizeof(float);
-    return fused == apart && std::equal(on_cpu.begin(), on_cpu.begin() + sum_bytes, fused.begin()) && norm_unwritten;
+    return r.fused == r.apart && std::equal(r.on_cpu.begin(), r.on_cpu.begin() + sum_bytes, r.fused.begin()) &&
+           r.probe_unwritten;
 }
 
 // [beta | g | the copies' whole destinations]. `apart`: a view between the ADD and the softplus, so that no fusion can
@@ -238,22 +257,17 @@ ggml_tensor * build_gates(const GatesCase & c, bool apart, ggml_context * ctx, g
 // The fused kernel against the ops apart on `cuda`, bit for bit, the CPU backend's within its exp / log rounding, and
 // the ADD's own buffer never written (the fusion ran).
 bool gates_ok(const GatesCase & c, ggml_backend_t cuda, ggml_backend_t cpu) {
-    ggml_tensor * add = nullptr;
-    std::vector<unsigned char> add_bytes;
-    auto build = [&](bool apart) {
-        return [&c, apart, &add](ggml_context * ctx, ggml_cgraph * g) { return build_gates(c, apart, ctx, g, &add); };
-    };
-    const std::vector<unsigned char> fused = run(cuda, build(false), &add, &add_bytes);
-    const bool add_unwritten = std::all_of(add_bytes.begin(), add_bytes.end(), [](unsigned char v) { return v == 0xff; });
-    const std::vector<unsigned char> apart = run(cuda, build(true)), on_cpu = run(cpu, build(false));
-    bool close = fused.size() == on_cpu.size();
-    for (size_t i = 0; close && i + 4 <= fused.size(); i += 4) {
+    const FusionRuns r = fusion_runs(
+        [&c](bool apart, ggml_context * ctx, ggml_cgraph * g, ggml_tensor ** add) { return build_gates(c, apart, ctx, g, add); },
+        cuda, cpu);
+    bool close = r.fused.size() == r.on_cpu.size();
+    for (size_t i = 0; close && i + 4 <= r.fused.size(); i += 4) {
         float x, y;
-        std::memcpy(&x, &fused[i], 4);
-        std::memcpy(&y, &on_cpu[i], 4);
+        std::memcpy(&x, &r.fused[i], 4);
+        std::memcpy(&y, &r.on_cpu[i], 4);
         close = std::fabs(x - y) <= 1e-5f * (1.0f + std::fabs(y));
     }
-    return fused == apart && close && add_unwritten;
+    return r.fused == r.apart && close && r.probe_unwritten;
 }
 
 // Ties on the CUDA backend: the lowest of the maximal columns, in one part and across parts

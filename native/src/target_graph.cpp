@@ -78,8 +78,8 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     ggml_tensor * qkv = in[0];  // [C, n]
     ggml_tensor * z = in[1];    // [value_dim, n]
     ggml_tensor * alpha = in[3];
-    // The gates' ops go into the graph one after the other (alpha's view first; in a verify, their copies for commit
-    // right after them): ggml-cuda runs that run as one kernel with the same bits (patch 0034).
+    // The gates' ops go into the graph one after the other (alpha's view first): ggml-cuda runs that run as one kernel
+    // with the same bits (patch 0034).
     ggml_build_forward_expand(gf, alpha);
     ggml_tensor * beta = ggml_sigmoid(ctx, ggml_is_contiguous(in[2]) ? in[2] : ggml_cont(ctx, in[2]));  // [Hv, n]
     ggml_build_forward_expand(gf, beta);

@@ -6,7 +6,7 @@
 // CPU backend the highest, so the compared rows have none and planted ties are checked against that rule.
 // And a residual ADD fused into the RMS_NORM -> MUL after it (0029), on the CUDA backend against the same ops apart
 // (their sums of squares run in another order than the CPU backend's), with a check that the fusion ran; and a Gated
-// DeltaNet layer's gates (sigmoid, add, softplus, product, the verify's copies) as one kernel (0034), likewise.
+// DeltaNet layer's gates (sigmoid, add, softplus, product) as one kernel (0034), likewise.
 //   small_ops_check         prints one line per case; exit 1 if any result is off
 #include "compute_once.hpp"
 #include "ggml-cpu.h"
@@ -90,7 +90,8 @@ const AddNormCase kAddNorms[] = {
 
 // A Gated DeltaNet layer's gates as the engine lays them out: alpha and b, H-value rows of a stacked product's output
 // [4 H, n] (strided for n > 1), beta = sigmoid(b) (after a CONT where b is strided), g = softplus(alpha + dt) * a;
-// `keep`: both copied into the first n rows of larger tensors right after (a verify's copies for its commit)
+// `keep`: both copied into the first n rows of larger tensors right after (a verify's copies for its commit; they stay
+// apart: ggml's fusion check takes no view of a tensor that is not a weight)
 struct GatesCase {
     const char * name;
     int64_t H, n;

@@ -120,6 +120,11 @@ stage_fa2() {
         >"$OUT/attn_check_fa2.txt" 2>&1
     local rc=$?
     grep -E "BAD|FAIL|all ok|^\|" "$OUT/attn_check_fa2.txt"
+    # the rings an RTX 3090 / 4090 / 5090 takes (99 KiB of shared memory per block)
+    echo "attn_check with GGML_CUDA_INVARIANT_FA2=1 and 99 KiB of shared memory per block"
+    GGML_CUDA_INVARIANT_FA2=1 GGML_CUDA_INVARIANT_SMEM=101376 timeout 120 "$BUILD/attn_check" \
+        >"$OUT/attn_check_fa2_99k.txt" 2>&1 || rc=1
+    grep -E "BAD|FAIL|all ok" "$OUT/attn_check_fa2_99k.txt"
     return $rc
 }
 

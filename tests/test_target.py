@@ -294,22 +294,28 @@ def test_verify_tree_node_equals_ar_of_its_path(f32_engine, prompt, seed):
         assert argmax[node] == ref.argmax()
 
 
+def commit_then_continue(h, prompt, rng, min_nodes: int, min_node: int):
+    """Verify a random tree of at least min_nodes nodes after `prompt`, commit the path to a random node (index
+    min_node or more), then prefill 6 more tokens. Returns (their logits, the same tokens' logits from one prefill of
+    prompt + path + tail, how far n_past after the commit is from len(prompt) + len(path))."""
+    n_vocab = h.info()["n_vocab"]
+    toks, parents = random_tree(rng, int(rng.integers(min_nodes, 20)), n_vocab)
+    path = path_to(parents, int(rng.integers(min_node, toks.size)))
+    tail = rng.integers(0, n_vocab, 6, dtype=np.int32)
+    ref = prefill_logits(h, np.concatenate([prompt, toks[path], tail]))[-tail.size:]
+
+    prefill_logits(h, prompt)
+    h.verify(toks, parents, np.zeros(toks.size, dtype=np.int32))
+    h.commit(np.array(path, dtype=np.int32))
+    n_past_off = h.info()["n_past"] - prompt.size - len(path)
+    return prefill_logits(h, tail, reset=False), ref, n_past_off
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_commit_any_path_then_continue_equals_ar(f32_engine, prompt, seed):
     """The lossless core: after commit(path), the caches are exactly those of prefix + path."""
-    rng = np.random.default_rng(200 + seed)
-    n_vocab = f32_engine.info()["n_vocab"]
-    toks, parents = random_tree(rng, int(rng.integers(1, 20)), n_vocab)
-    path = path_to(parents, int(rng.integers(0, toks.size)))
-    tail = rng.integers(0, n_vocab, 6, dtype=np.int32)
-    ref = prefill_logits(f32_engine, np.concatenate([prompt, toks[path], tail]))[-tail.size:]
-
-    prefill_logits(f32_engine, prompt)
-    argmax = np.zeros(toks.size, dtype=np.int32)
-    f32_engine.verify(toks, parents, argmax)
-    f32_engine.commit(np.array(path, dtype=np.int32))
-    assert f32_engine.info()["n_past"] == prompt.size + len(path)
-    ours = prefill_logits(f32_engine, tail, reset=False)
+    ours, ref, n_past_off = commit_then_continue(f32_engine, prompt, np.random.default_rng(200 + seed), 1, 0)
+    assert n_past_off == 0
     assert rel_err(ours, ref) <= SELF_TOL
 
 
@@ -327,17 +333,8 @@ def test_commit_of_many_deltanet_layers_equals_ar(deep_target, seed):
     """The same as the test above on a model whose DeltaNet layers do not fit one commit group."""
     rng = np.random.default_rng(300 + seed)
     with closing(engine(deep_target, kv_type="f32", ubatch=32, max_tree=32)) as h:
-        n_vocab = h.info()["n_vocab"]
-        prompt = rng.integers(0, n_vocab, 20, dtype=np.int32)
-        toks, parents = random_tree(rng, int(rng.integers(2, 20)), n_vocab)
-        path = path_to(parents, int(rng.integers(1, toks.size)))
-        tail = rng.integers(0, n_vocab, 6, dtype=np.int32)
-        ref = prefill_logits(h, np.concatenate([prompt, toks[path], tail]))[-tail.size:]
-
-        prefill_logits(h, prompt)
-        h.verify(toks, parents, np.zeros(toks.size, dtype=np.int32))
-        h.commit(np.array(path, dtype=np.int32))
-        ours = prefill_logits(h, tail, reset=False)
+        prompt = rng.integers(0, h.info()["n_vocab"], 20, dtype=np.int32)
+        ours, ref, _ = commit_then_continue(h, prompt, rng, 2, 1)
     assert rel_err(ours, ref) <= SELF_TOL
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
-#                                                serverbench attnprof ab lbqprof lbqprefprof stock fa2
+#                                                serverbench attnprof ab lbqprof lbqprefprof stock
 #                                                all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
@@ -108,23 +108,6 @@ stage_mulmat() {
     echo "attn_check with 99 KiB of shared memory per block"
     GGML_CUDA_INVARIANT_SMEM=101376 timeout 120 "$BUILD/attn_check" >"$OUT/attn_check_99k.txt" 2>&1 || rc=1
     grep -E "BAD|FAIL|all ok" "$OUT/attn_check_99k.txt"
-    return $rc
-}
-
-# The FA2-style invariant attention (GGML_CUDA_INVARIANT_FA2=1: head size 256, K and V of one type; NOTES.md, Open
-# work): attn_check's checks (tree == AR, prefill == one query, vs CPU) and its timings against ggml with it on.
-# `GGML_CUDA_INVARIANT_FA2=1 run.sh test` runs the lossless engine tests with it.
-stage_fa2() {
-    log "FA2-style invariant attention: attn_check with GGML_CUDA_INVARIANT_FA2=1"
-    GGML_CUDA_INVARIANT_FA2=1 timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" ${LUCEBOX_ATTN_ARGS-bench} \
-        >"$OUT/attn_check_fa2.txt" 2>&1
-    local rc=$?
-    grep -E "BAD|FAIL|all ok|^\|" "$OUT/attn_check_fa2.txt"
-    # the rings an RTX 3090 / 4090 / 5090 takes (99 KiB of shared memory per block)
-    echo "attn_check with GGML_CUDA_INVARIANT_FA2=1 and 99 KiB of shared memory per block"
-    GGML_CUDA_INVARIANT_FA2=1 GGML_CUDA_INVARIANT_SMEM=101376 timeout 120 "$BUILD/attn_check" \
-        >"$OUT/attn_check_fa2_99k.txt" 2>&1 || rc=1
-    grep -E "BAD|FAIL|all ok" "$OUT/attn_check_fa2_99k.txt"
     return $rc
 }
 
@@ -298,7 +281,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock|fa2) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
-#                                                serverbench attnprof ab lbqprof lbqprefprof stock
+#                                                serverbench attnprof ab lbqprof lbqprefprof stock patchab
 #                                                all (default: all)
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
@@ -108,6 +108,38 @@ stage_mulmat() {
     echo "attn_check with 99 KiB of shared memory per block"
     GGML_CUDA_INVARIANT_SMEM=101376 timeout 120 "$BUILD/attn_check" >"$OUT/attn_check_99k.txt" 2>&1 || rc=1
     grep -E "BAD|FAIL|all ok" "$OUT/attn_check_99k.txt"
+    return $rc
+}
+
+# attn_check bench without and with one more ggml patch, on one machine (attention kernels move by a few percent,
+# about what separates two machines): LUCEBOX_AB_PATCH names the patch, a file in the working tree (say a wip
+# branch's, `git show BRANCH:vendor/patches/X.patch > ab.patch`). After `build`: bench (A), the patch applied to
+# vendor/src/ggml and attn_check rebuilt (only what the patch touches recompiles), bench (B), the patch reversed.
+# liblucebox.so is not rebuilt, so later stages run A; the next `build` rebuilds what B left.
+stage_patchab() {
+    local patch="${LUCEBOX_AB_PATCH:-}" rc=0
+    [ -f "$patch" ] || { echo "patchab: set LUCEBOX_AB_PATCH to a patch file (got '$patch')"; return 1; }
+    [ -x "$BUILD/attn_check" ] || { echo "patchab: run the build stage first"; return 1; }
+    patch="$(cd "$(dirname "$patch")" && pwd)/$(basename "$patch")"
+    log "attn_check A/B on one machine: without / with $(basename "$patch")"
+    ab_apply() {  # ab_apply [-R]: the patch onto (or off) the materialized ggml, as materialize.py applies its series
+        (cd vendor/src/ggml && GIT_CEILING_DIRECTORIES="$ROOT/vendor/src" git apply ${1:-} -p1 --whitespace=nowarn "$patch")
+    }
+    ab_bench() {
+        timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" bench >"$OUT/attn_ab_$1.txt" 2>&1 || rc=1
+        grep -E "BAD|FAIL|all ok|^\|" "$OUT/attn_ab_$1.txt"
+    }
+    echo "A: without"
+    ab_bench a
+    ab_apply || { echo "patchab: $patch does not apply"; return 1; }
+    if cmake --build "$BUILD" -j "$JOBS" --target attn_check >"$OUT/patchab_build.log" 2>&1; then
+        echo "B: with"
+        ab_bench b
+    else
+        grep -m5 -B2 -A8 "error" "$OUT/patchab_build.log"
+        rc=1
+    fi
+    ab_apply -R || { echo "patchab: cannot reverse $patch: vendor/src/ggml keeps it (materialize again)"; return 1; }
     return $rc
 }
 
@@ -281,7 +313,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock|patchab) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

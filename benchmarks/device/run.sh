@@ -129,10 +129,13 @@ stage_patchab() {
         timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" bench >"$OUT/attn_ab_$1.txt" 2>&1 || rc=1
         grep -E "BAD|FAIL|all ok|^\|" "$OUT/attn_ab_$1.txt"
     }
+    # attn_check from the tree as it is first: a patchab before this one reversed its patch in the tree, not in the
+    # binary it built (a no-op build otherwise)
+    cmake --build "$BUILD" -j "$JOBS" --target attn_check >"$OUT/patchab_build.log" 2>&1 || { echo "patchab: build failed"; return 1; }
     echo "A: without"
     ab_bench a
     ab_apply || { echo "patchab: $patch does not apply"; return 1; }
-    if cmake --build "$BUILD" -j "$JOBS" --target attn_check >"$OUT/patchab_build.log" 2>&1; then
+    if cmake --build "$BUILD" -j "$JOBS" --target attn_check >>"$OUT/patchab_build.log" 2>&1; then
         echo "B: with"
         ab_bench b
     else

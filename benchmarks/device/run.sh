@@ -2,7 +2,9 @@
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
 #                                                serverbench attnprof ab lbqprof lbqprefprof stock patchab
-#                                                all (default: all)
+#                                                wgmma all (default: all)
+# LUCEBOX_CUDA_ARCHS: the architecture the build and stock stages compile for (default 90; 90a adds Hopper-only
+# instructions such as wgmma).
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -13,6 +15,7 @@ cd "$ROOT"
 OUT="${OUT:-$ROOT/build/device-out}"
 mkdir -p "$OUT"
 JOBS="$(nproc)"
+ARCHS="${LUCEBOX_CUDA_ARCHS:-90}"
 BUILD="$ROOT/build/cuda"
 WORK="${LUCEBOX_DEVICE_WORK:-/tmp/lucebox-device}"   # big generated files (not brought back)
 mkdir -p "$WORK"
@@ -30,9 +33,9 @@ setup_python() {
 }
 
 stage_build() {
-    log "build liblucebox (CUDA sm_90, $JOBS jobs)"
+    log "build liblucebox (CUDA $ARCHS, $JOBS jobs)"
     # llama-bench (the baseline) builds in the same tree against the same ggml targets.
-    cmake -S . -B "$BUILD" -G Ninja -DLUCEBOX_CUDA=ON -DLUCEBOX_CUDA_ARCHS=90 -DLUCEBOX_BUILD_TOOLS=ON \
+    cmake -S . -B "$BUILD" -G Ninja -DLUCEBOX_CUDA=ON -DLUCEBOX_CUDA_ARCHS="$ARCHS" -DLUCEBOX_BUILD_TOOLS=ON \
         -DLUCEBOX_GGML_DIR="$ROOT/vendor/src/ggml" -DLUCEBOX_LLAMA_DIR="$ROOT/vendor/src/llama.cpp" \
         >"$OUT/build.log" 2>&1 || { tail -30 "$OUT/build.log"; return 1; }
     local t0=$SECONDS
@@ -65,6 +68,14 @@ stage_test() {
 build_lbq_check() {
     nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src -I vendor/src/ggml/src/ggml-cuda \
         benchmarks/kernels/lbq_check.cu -o "$WORK/lbq_check"
+}
+
+# Whether Hopper's warpgroup MMA rounds as mma.sync does, and its speed against mma.sync (standalone, sm_90a)
+stage_wgmma() {
+    log "wgmma against mma.sync: bits and throughput (wgmma_check)"
+    nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/kernels/wgmma_check.cu -o "$WORK/wgmma_check" \
+        && "$WORK/wgmma_check" 2>&1 | tee "$OUT/wgmma_check.txt"
+    return "${PIPESTATUS[0]}"
 }
 
 stage_kernels() {
@@ -278,7 +289,7 @@ stage_stock() {
         (cd "$stock/ggml" && GIT_CEILING_DIRECTORIES="$WORK" git apply -R -p1 --whitespace=nowarn "$ROOT/$p") \
             || { echo "cannot reverse $p"; return 1; }
     done
-    cmake -S . -B "$ROOT/build/stock" -G Ninja -DLUCEBOX_CUDA=ON -DLUCEBOX_CUDA_ARCHS=90 -DLUCEBOX_BUILD_TOOLS=ON \
+    cmake -S . -B "$ROOT/build/stock" -G Ninja -DLUCEBOX_CUDA=ON -DLUCEBOX_CUDA_ARCHS="$ARCHS" -DLUCEBOX_BUILD_TOOLS=ON \
         -DLUCEBOX_GGML_DIR="$stock/ggml" -DLUCEBOX_LLAMA_DIR="$stock/llama.cpp" >"$OUT/stock_build.log" 2>&1 &&
         cmake --build "$ROOT/build/stock" -j "$JOBS" --target llama-bench >>"$OUT/stock_build.log" 2>&1 \
         || { tail -20 "$OUT/stock_build.log"; return 1; }
@@ -316,7 +327,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock|patchab) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock|patchab|wgmma) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

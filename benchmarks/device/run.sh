@@ -124,17 +124,21 @@ stage_mulmat() {
 
 # attn_check bench without and with one more ggml patch, on one machine (attention kernels move by a few percent,
 # about what separates two machines): LUCEBOX_AB_PATCH names the patch, a file in the working tree (say a wip
-# branch's, `git show BRANCH:vendor/patches/X.patch > ab.patch`). After `build`: bench (A), the patch applied to
-# vendor/src/ggml and attn_check rebuilt (only what the patch touches recompiles), bench (B), the patch reversed.
+# branch's, `git show BRANCH:vendor/patches/X.patch > ab.patch`), or several (space-separated), each measured alone.
+# After `build`: bench (A, attn_ab_a.txt); then for each patch: applied to vendor/src/ggml, attn_check rebuilt (only
+# what the patch touches recompiles), bench (attn_ab_b.txt, or attn_ab_b1.txt, attn_ab_b2.txt, ...), reversed.
 # liblucebox.so is not rebuilt, so later stages run A; the next `build` rebuilds what B left.
 stage_patchab() {
-    local patch="${LUCEBOX_AB_PATCH:-}" rc=0
-    [ -f "$patch" ] || { echo "patchab: set LUCEBOX_AB_PATCH to a patch file (got '$patch')"; return 1; }
+    local patches=() p rc=0 i=0 tag
+    for p in ${LUCEBOX_AB_PATCH:-}; do
+        [ -f "$p" ] || { echo "patchab: no patch file '$p'"; return 1; }
+        patches+=("$(cd "$(dirname "$p")" && pwd)/$(basename "$p")")
+    done
+    [ ${#patches[@]} -gt 0 ] || { echo "patchab: set LUCEBOX_AB_PATCH to one or more patch files"; return 1; }
     [ -x "$BUILD/attn_check" ] || { echo "patchab: run the build stage first"; return 1; }
-    patch="$(cd "$(dirname "$patch")" && pwd)/$(basename "$patch")"
-    log "attn_check A/B on one machine: without / with $(basename "$patch")"
-    ab_apply() {  # ab_apply [-R]: the patch onto (or off) the materialized ggml, as materialize.py applies its series
-        (cd vendor/src/ggml && GIT_CEILING_DIRECTORIES="$ROOT/vendor/src" git apply ${1:-} -p1 --whitespace=nowarn "$patch")
+    log "attn_check A/B on one machine: without / with ${LUCEBOX_AB_PATCH}"
+    ab_apply() {  # ab_apply PATCH [-R]: the patch onto (or off) the materialized ggml, as materialize.py applies its series
+        (cd vendor/src/ggml && GIT_CEILING_DIRECTORIES="$ROOT/vendor/src" git apply ${2:-} -p1 --whitespace=nowarn "$1")
     }
     ab_bench() {
         timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" bench >"$OUT/attn_ab_$1.txt" 2>&1 || rc=1
@@ -145,15 +149,20 @@ stage_patchab() {
     cmake --build "$BUILD" -j "$JOBS" --target attn_check >"$OUT/patchab_build.log" 2>&1 || { echo "patchab: build failed"; return 1; }
     echo "A: without"
     ab_bench a
-    ab_apply || { echo "patchab: $patch does not apply"; return 1; }
-    if cmake --build "$BUILD" -j "$JOBS" --target attn_check >>"$OUT/patchab_build.log" 2>&1; then
-        echo "B: with"
-        ab_bench b
-    else
-        grep -m5 -B2 -A8 "error" "$OUT/patchab_build.log"
-        rc=1
-    fi
-    ab_apply -R || { echo "patchab: cannot reverse $patch: vendor/src/ggml keeps it (materialize again)"; return 1; }
+    for p in "${patches[@]}"; do
+        i=$((i + 1))
+        tag=b
+        [ ${#patches[@]} -gt 1 ] && tag=b$i
+        ab_apply "$p" || { echo "patchab: $p does not apply"; rc=1; continue; }
+        if cmake --build "$BUILD" -j "$JOBS" --target attn_check >>"$OUT/patchab_build.log" 2>&1; then
+            echo "B$i: with $(basename "$p") (attn_ab_$tag.txt)"
+            ab_bench "$tag"
+        else
+            grep -m5 -B2 -A8 "error" "$OUT/patchab_build.log"
+            rc=1
+        fi
+        ab_apply "$p" -R || { echo "patchab: cannot reverse $p: vendor/src/ggml keeps it (materialize again)"; return 1; }
+    done
     return $rc
 }
 

@@ -174,7 +174,9 @@ __device__ __forceinline__ void wg_ss(float (&d)[N / 2], uint64_t da, uint64_t d
 }
 
 // The same product on wgmma (one warpgroup): B from shared memory (K-major, or MN-major with kTransB), A from
-// registers or (kSmemA) shared memory; kZeroFirst: the first k-step with scale-d = 0 instead of zeroed accumulators.
+// registers or (kSmemA) shared memory; kZeroFirst: the first k-step with scale-d = 0 instead of zeroed accumulators
+// (ptxas 13.0 turns the zeroed accumulators into scale-d = 0 as well, so the two compile alike there; kept for a
+// compiler that does not).
 template <int N, int kTransB, bool kSmemA, bool kZeroFirst>
 __global__ void __launch_bounds__(128) wg_mma(const half * A, const half * Bt, float * D) {
     A += size_t(blockIdx.x) * kM * kK; Bt += size_t(blockIdx.x) * N * kK; D += size_t(blockIdx.x) * kM * N;
@@ -374,6 +376,7 @@ static double time_ms(F launch) {
     for (int i = 0; i < 5; ++i) launch();
     cudaEventRecord(e1); CHECK(cudaEventSynchronize(e1));
     float ms; cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0); cudaEventDestroy(e1);
     return ms / 5;
 }
 
@@ -382,8 +385,7 @@ int main() {
     cudaDeviceProp prop; CHECK(cudaGetDeviceProperties(&prop, 0));
     std::printf("%s, %d SMs\n\n", prop.name, nsm);
     std::printf("wgmma (m64nNk16, f16 in, f32 accumulate) against mma.sync m16n8k16 on the same rows and columns, "
-                "%d tiles of "
-                "64 x N x %d a distribution; layout error: |wgmma - exact| / sum |a b|\n\n", kTests, kK);
+                "%d tiles of 64 x N x %d a distribution; layout error: |wgmma - exact| / sum |a b|\n\n", kTests, kK);
     std::printf("| wgmma | inputs | elements | bits differ | layout error | verdict |\n|---|---|---|---|---|---|\n");
     bool ok = true;
     ok &= report<8, 0, false, false>("n8, A regs, B K-major");

@@ -42,8 +42,15 @@ stage_build() {
     # -k 0: a failing baseline build must not stop ours (and vice versa); checked below.
     cmake --build "$BUILD" -j "$JOBS" --target ${LUCEBOX_BUILD_TARGETS:-all llama-bench} -- -k 0 >>"$OUT/build.log" 2>&1 \
         || grep -m5 -B2 -A8 "error" "$OUT/build.log"
+    slowest_jobs | tee -a "$OUT/build.log" | head -6
     [ -f "$BUILD/liblucebox.so" ] || return 1
     echo "build wall $((SECONDS - t0)) s"
+}
+
+# The build's ten longest jobs (ninja's log: start and end in ms, then the output), which bound its wall time
+slowest_jobs() {
+    echo "slowest build jobs (s, output):"
+    awk -F'\t' 'NR > 1 { printf "%8.1f %s\n", ($2 - $1) / 1000, $4 }' "$BUILD/.ninja_log" 2>/dev/null | sort -rn | head -10
 }
 
 stage_test() {
@@ -154,8 +161,9 @@ stage_patchab() {
         tag=b
         [ ${#patches[@]} -gt 1 ] && tag=b$i
         ab_apply "$p" || { echo "patchab: $p does not apply"; rc=1; continue; }
+        local t0=$SECONDS
         if cmake --build "$BUILD" -j "$JOBS" --target attn_check >>"$OUT/patchab_build.log" 2>&1; then
-            echo "B$i: with $(basename "$p") (attn_ab_$tag.txt)"
+            echo "B$i: with $(basename "$p") (attn_ab_$tag.txt; attn_check rebuilt in $((SECONDS - t0)) s)"
             ab_bench "$tag"
         else
             grep -m5 -B2 -A8 "error" "$OUT/patchab_build.log"

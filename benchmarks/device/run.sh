@@ -42,7 +42,10 @@ stage_build() {
     # -k 0: a failing baseline build must not stop ours (and vice versa); checked below.
     cmake --build "$BUILD" -j "$JOBS" --target ${LUCEBOX_BUILD_TARGETS:-all llama-bench} -- -k 0 >>"$OUT/build.log" 2>&1 \
         || grep -m5 -B2 -A8 "error" "$OUT/build.log"
-    slowest_jobs | tee -a "$OUT/build.log" | head -6
+    local slow
+    slow="$(slowest_jobs)"
+    echo "$slow" >>"$OUT/build.log"
+    echo "$slow" | head -6
     [ -f "$BUILD/liblucebox.so" ] || return 1
     echo "build wall $((SECONDS - t0)) s"
 }

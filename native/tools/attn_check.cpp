@@ -1,5 +1,5 @@
 // attn_check: the batch-invariant flash attention of patch 0009 at the target's shapes (27B: head size
-// 256, 24 query heads on 4 KV heads; and a small one), for every cache type pair it takes.
+// 256, 24 query heads on 4 KV heads; and two small ones), for every cache type pair it takes.
 //   attn_check          every check below; one line per case; exit 1 if any fails
 //   attn_check bench    also times one call (1 query, a 23-node tree, a 512-query prefill tile) at
 //                       several depths, invariant mode vs ggml's own kernels
@@ -243,7 +243,9 @@ int main(int argc, char ** argv) {
     const bool walk_set = std::getenv("GGML_CUDA_INVARIANT_WALK_BLOCKS") != nullptr;
     if (!walk_set) setenv("GGML_CUDA_INVARIANT_WALK_BLOCKS", "32", 1);
     int bad = 0;
-    const Shape shapes[] = {{256, 24, 4}, {64, 4, 2}};
+    // the 27B's shape, and small ones: D = 64 (the tiny test models') and D = 32, where the tensor-core block's
+    // warps split the m-tiles between them (a code path of its own)
+    const Shape shapes[] = {{256, 24, 4}, {64, 4, 2}, {32, 4, 2}};
     const std::pair<ggml_type, ggml_type> kv_types[] = {
         {GGML_TYPE_F16, GGML_TYPE_F16},   {GGML_TYPE_Q8_0, GGML_TYPE_Q8_0}, {GGML_TYPE_Q4_0, GGML_TYPE_Q4_0},
         {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, {GGML_TYPE_F16, GGML_TYPE_Q8_0},  {GGML_TYPE_F32, GGML_TYPE_F32},

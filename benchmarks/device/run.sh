@@ -2,7 +2,7 @@
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
 #                                                serverbench attnprof ab lbqprof lbqprefprof stock patchab
-#                                                wgmma all (default: all)
+#                                                libab wgmma all (default: all)
 # LUCEBOX_CUDA_ARCHS: the architecture the build and stock stages compile for (default 90; 90a adds Hopper-only
 # instructions such as wgmma).
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
@@ -177,6 +177,40 @@ stage_patchab() {
     return $rc
 }
 
+# The decode step without and with a patch to lucebox's own sources (native/, the engine: say `git diff main
+# BRANCH -- native > lib.patch`), on one machine: after `build` (and `synth`), step_bench (LUCEBOX_LIBAB_ARGS, default
+# the depth bench's 4K and 128K rows) for the tree as it is (libab_a.json), then with the patch applied and liblucebox
+# rebuilt (libab_b.json); the patch is reversed and the library rebuilt after.
+stage_libab() {
+    local p="${LUCEBOX_LIBAB_PATCH:-}" rc=0
+    [ -f "$p" ] || { echo "libab: set LUCEBOX_LIBAB_PATCH to a patch file of the working tree"; return 1; }
+    [ -f "$BUILD/liblucebox.so" ] || { echo "libab: run the build stage first"; return 1; }
+    export LUCEBOX_LIB="$BUILD/liblucebox.so"
+    synth_ready || return 1
+    local args=(${LUCEBOX_LIBAB_ARGS:---ctx 4096,131072 --kv q4_0 --n-gen 32 --steps 6})
+    lib_apply() { GIT_CEILING_DIRECTORIES="$ROOT" git apply ${1:-} --whitespace=nowarn "$p"; }
+    lib_build() { cmake --build "$BUILD" -j "$JOBS" --target lucebox >>"$OUT/libab_build.log" 2>&1; }
+    lib_bench() {
+        python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
+            "${args[@]}" --json "$OUT/libab_$1.json" 2>&1 | grep "^|" || rc=1
+    }
+    log "step_bench without / with $p: ${args[*]}"
+    echo "A: without"
+    lib_bench a
+    lib_apply || { echo "libab: $p does not apply"; return 1; }
+    local t0=$SECONDS
+    if lib_build; then
+        echo "B: with $(basename "$p") (liblucebox rebuilt in $((SECONDS - t0)) s)"
+        lib_bench b
+    else
+        grep -m5 -B2 -A8 "error" "$OUT/libab_build.log"
+        rc=1
+    fi
+    lib_apply -R || { echo "libab: cannot reverse $p"; return 1; }
+    lib_build || rc=1
+    return $rc
+}
+
 stage_profile() {
     log "per-kernel profile of the decode stages (27B-shaped synthetic pair)"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
@@ -347,7 +381,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock|patchab|wgmma) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock|patchab|libab|wgmma) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

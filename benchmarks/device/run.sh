@@ -132,82 +132,80 @@ stage_mulmat() {
     return $rc
 }
 
-# attn_check bench without and with one more ggml patch, on one machine (attention kernels move by a few percent,
-# about what separates two machines): LUCEBOX_AB_PATCH names the patch, a file in the working tree (say a wip
-# branch's, `git show BRANCH:vendor/patches/X.patch > ab.patch`), or several (space-separated), each measured alone.
-# After `build`: bench (A, attn_ab_a.txt); then for each patch: applied to vendor/src/ggml, attn_check rebuilt (only
-# what the patch touches recompiles), bench (attn_ab_b.txt, or attn_ab_b1.txt, attn_ab_b2.txt, ...), reversed.
-# liblucebox.so is not rebuilt, so later stages run A; the next `build` rebuilds what B left.
-stage_patchab() {
-    local patches=() p rc=0 i=0 tag
-    for p in ${LUCEBOX_AB_PATCH:-}; do
-        [ -f "$p" ] || { echo "patchab: no patch file '$p'"; return 1; }
+# ab_run NAME DIR TARGET BENCH PATCH...: the A/B loop of patchab and libab, on one machine. BENCH a (A: the tree as it
+# is); then for each PATCH (a file; several are each measured alone): applied in DIR as materialize.py applies the
+# series, TARGET rebuilt (only what the patch touches recompiles), BENCH b (b1, b2, ... with several), the patch
+# reversed. TARGET is left built from the last patched tree: the caller rebuilds it if later stages need A.
+ab_run() {
+    local name=$1 dir=$2 target=$3 bench=$4 patches=() p i=0 tag t0 rc=0
+    shift 4
+    for p in "$@"; do
+        [ -f "$p" ] || { echo "$name: no patch file '$p'"; return 1; }
         patches+=("$(cd "$(dirname "$p")" && pwd)/$(basename "$p")")
     done
-    [ ${#patches[@]} -gt 0 ] || { echo "patchab: set LUCEBOX_AB_PATCH to one or more patch files"; return 1; }
-    [ -x "$BUILD/attn_check" ] || { echo "patchab: run the build stage first"; return 1; }
-    log "attn_check A/B on one machine: without / with ${LUCEBOX_AB_PATCH}"
-    ab_apply() {  # ab_apply PATCH [-R]: the patch onto (or off) the materialized ggml, as materialize.py applies its series
-        (cd vendor/src/ggml && GIT_CEILING_DIRECTORIES="$ROOT/vendor/src" git apply ${2:-} -p1 --whitespace=nowarn "$1")
+    [ ${#patches[@]} -gt 0 ] || { echo "$name: no patch file given"; return 1; }
+    ab_apply() {  # ab_apply PATCH [-R]; git looks for no repository above DIR (plain patching)
+        (cd "$dir" && GIT_CEILING_DIRECTORIES="$(dirname "$dir")" git apply ${2:-} -p1 --whitespace=nowarn "$1")
     }
-    ab_bench() {
-        timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" bench >"$OUT/attn_ab_$1.txt" 2>&1 || rc=1
-        grep -E "BAD|FAIL|all ok|^\|" "$OUT/attn_ab_$1.txt"
-    }
-    # attn_check from the tree as it is first: a patchab before this one reversed its patch in the tree, not in the
-    # binary it built (a no-op build otherwise)
-    cmake --build "$BUILD" -j "$JOBS" --target attn_check >"$OUT/patchab_build.log" 2>&1 || { echo "patchab: build failed"; return 1; }
+    log "$name: without / with $*"
     echo "A: without"
-    ab_bench a
+    "$bench" a || rc=1
     for p in "${patches[@]}"; do
         i=$((i + 1))
         tag=b
         [ ${#patches[@]} -gt 1 ] && tag=b$i
-        ab_apply "$p" || { echo "patchab: $p does not apply"; rc=1; continue; }
-        local t0=$SECONDS
-        if cmake --build "$BUILD" -j "$JOBS" --target attn_check >>"$OUT/patchab_build.log" 2>&1; then
-            echo "B$i: with $(basename "$p") (attn_ab_$tag.txt; attn_check rebuilt in $((SECONDS - t0)) s)"
-            ab_bench "$tag"
+        ab_apply "$p" || { echo "$name: $p does not apply"; rc=1; continue; }
+        t0=$SECONDS
+        if cmake --build "$BUILD" -j "$JOBS" --target "$target" >>"$OUT/${name}_build.log" 2>&1; then
+            echo "B$i: with $(basename "$p") ($tag; $target rebuilt in $((SECONDS - t0)) s)"
+            "$bench" "$tag" || rc=1
         else
-            grep -m5 -B2 -A8 "error" "$OUT/patchab_build.log"
+            grep -m5 -B2 -A8 "error" "$OUT/${name}_build.log"
             rc=1
         fi
-        ab_apply "$p" -R || { echo "patchab: cannot reverse $p: vendor/src/ggml keeps it (materialize again)"; return 1; }
+        ab_apply "$p" -R || { echo "$name: cannot reverse $p: $dir keeps it (materialize / check out again)"; return 1; }
     done
     return $rc
 }
 
+# attn_check bench without and with one more ggml patch, on one machine (attention kernels move by a few percent,
+# about what separates two machines): LUCEBOX_AB_PATCH names the patch, a file in the working tree (say a wip
+# branch's, `git show BRANCH:vendor/patches/X.patch > ab.patch`), or several (space-separated), each measured alone
+# (ab_run; results attn_ab_a.txt, attn_ab_b.txt or attn_ab_b1.txt, attn_ab_b2.txt, ...). liblucebox.so is not
+# rebuilt, so later stages run A; the next `build` rebuilds what B left.
+stage_patchab() {
+    [ -n "${LUCEBOX_AB_PATCH:-}" ] || { echo "patchab: set LUCEBOX_AB_PATCH to one or more patch files"; return 1; }
+    [ -x "$BUILD/attn_check" ] || { echo "patchab: run the build stage first"; return 1; }
+    attn_bench() {
+        timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" bench >"$OUT/attn_ab_$1.txt" 2>&1
+        local rc=$?
+        grep -E "BAD|FAIL|all ok|^\|" "$OUT/attn_ab_$1.txt"
+        return $rc
+    }
+    # attn_check from the tree as it is first: a patchab before this one reversed its patch in the tree, not in the
+    # binary it built (a no-op build otherwise)
+    cmake --build "$BUILD" -j "$JOBS" --target attn_check >"$OUT/patchab_build.log" 2>&1 || { echo "patchab: build failed"; return 1; }
+    # shellcheck disable=SC2086
+    ab_run patchab "$ROOT/vendor/src/ggml" attn_check attn_bench ${LUCEBOX_AB_PATCH:-}
+}
+
 # The decode step without and with a patch to lucebox's own sources (native/, the engine: say `git diff main
-# BRANCH -- native > lib.patch`), on one machine: after `build` (and `synth`), step_bench (LUCEBOX_LIBAB_ARGS, default
-# the depth bench's 4K and 128K rows) for the tree as it is (libab_a.json), then with the patch applied and liblucebox
-# rebuilt (libab_b.json); the patch is reversed and the library rebuilt after.
+# BRANCH -- native > lib.patch`), or several, on one machine: after `build` (and `synth`), step_bench
+# (LUCEBOX_LIBAB_ARGS, default the depth bench's 4K and 128K rows) for the tree as it is (libab_a.json), then for each
+# patch applied, liblucebox rebuilt (libab_b.json, or libab_b1.json, ...); liblucebox is rebuilt from the tree after.
 stage_libab() {
-    local p="${LUCEBOX_LIBAB_PATCH:-}" rc=0
-    [ -f "$p" ] || { echo "libab: set LUCEBOX_LIBAB_PATCH to a patch file of the working tree"; return 1; }
+    [ -n "${LUCEBOX_LIBAB_PATCH:-}" ] || { echo "libab: set LUCEBOX_LIBAB_PATCH to one or more patch files"; return 1; }
     [ -f "$BUILD/liblucebox.so" ] || { echo "libab: run the build stage first"; return 1; }
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
     synth_ready || return 1
-    local args=(${LUCEBOX_LIBAB_ARGS:---ctx 4096,131072 --kv q4_0 --n-gen 32 --steps 6})
-    lib_apply() { GIT_CEILING_DIRECTORIES="$ROOT" git apply ${1:-} --whitespace=nowarn "$p"; }
-    lib_build() { cmake --build "$BUILD" -j "$JOBS" --target lucebox >>"$OUT/libab_build.log" 2>&1; }
-    lib_bench() {
+    local args=(${LUCEBOX_LIBAB_ARGS:---ctx 4096,131072 --kv q4_0 --n-gen 32 --steps 6}) rc=0
+    libab_bench() {
         python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
-            "${args[@]}" --json "$OUT/libab_$1.json" 2>&1 | grep "^|" || rc=1
+            "${args[@]}" --json "$OUT/libab_$1.json" 2>&1 | grep "^|"
     }
-    log "step_bench without / with $p: ${args[*]}"
-    echo "A: without"
-    lib_bench a
-    lib_apply || { echo "libab: $p does not apply"; return 1; }
-    local t0=$SECONDS
-    if lib_build; then
-        echo "B: with $(basename "$p") (liblucebox rebuilt in $((SECONDS - t0)) s)"
-        lib_bench b
-    else
-        grep -m5 -B2 -A8 "error" "$OUT/libab_build.log"
-        rc=1
-    fi
-    lib_apply -R || { echo "libab: cannot reverse $p"; return 1; }
-    lib_build || rc=1
+    # shellcheck disable=SC2086
+    ab_run libab "$ROOT" lucebox libab_bench ${LUCEBOX_LIBAB_PATCH:-} || rc=1
+    cmake --build "$BUILD" -j "$JOBS" --target lucebox >>"$OUT/libab_build.log" 2>&1 || rc=1
     return $rc
 }
 

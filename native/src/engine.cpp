@@ -214,14 +214,8 @@ void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int
     model->embedding.stage(toks, n, g.tokens);
     set_positions_and_slots(g, n, nullptr);
     if (!g.mask) return;
-    mask_host_.resize(size_t(n) * size_t(n_kv));
-    for (int32_t i = 0; i < n; ++i) {
-        uint16_t * row = mask_host_.data() + size_t(i) * size_t(n_kv);
-        const int32_t visible = n_past + i + 1;
-        std::fill(row, row + visible, lb::kMaskOpen);
-        std::fill(row + visible, row + n_kv, lb::kMaskShut);
-    }
-    lb::set_graph_input(g.mask, mask_host_.data(), mask_host_.size() * sizeof(uint16_t));
+    const uint16_t * mask = chain_mask_.build(backend.get(), n, n_kv, n_past, nullptr);
+    lb::set_graph_input(g.mask, mask, size_t(n) * size_t(n_kv) * sizeof(uint16_t));
 }
 
 void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap,

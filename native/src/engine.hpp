@@ -36,14 +36,11 @@
 #include "ggml-alloc.h"
 #include "gguf_target.hpp"
 #include "lucebox.h"
+#include "mask_stage.hpp"
 #include "sample_draw.hpp"
 #include "target_graph.hpp"
 
 namespace lb {
-
-// Attention-mask values (f16 bits): a slot a token may attend to, and one it may not.
-constexpr uint16_t kMaskOpen = 0x0000;  // +0
-constexpr uint16_t kMaskShut = 0xFC00;  // -inf
 
 // Uploads a graph input; inputs a graph does not use have no buffer and are skipped.
 inline void set_graph_input(ggml_tensor * t, const void * data, size_t bytes) {
@@ -127,7 +124,8 @@ private:
     std::vector<int32_t> pos_host_;
     std::vector<int64_t> kv_idx_host_;
     std::vector<int64_t> draw_pos_host_;
-    std::vector<uint16_t> mask_host_;
+    // the masks of chains (prefill, step) and of verify trees: each kept from its last call (mask_stage.hpp)
+    lb::MaskStage chain_mask_, tree_mask_;
     std::vector<int32_t> depth_host_;
     std::vector<int32_t> i32_host_;
     std::vector<uint8_t> allowed_host_;

@@ -52,14 +52,8 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
     lb::set_graph_input(g.parents, parents, size_t(n) * sizeof(int32_t));
     set_positions_and_slots(g, n, depth_host_.data());
     if (g.mask) {
-        mask_host_.resize(size_t(n) * size_t(n_kv));
-        for (int32_t i = 0; i < n; ++i) {
-            uint16_t * row = mask_host_.data() + size_t(i) * size_t(n_kv);
-            std::fill(row, row + n_past, lb::kMaskOpen);
-            for (int32_t j = 0; j < n; ++j) row[n_past + j] = allowed[size_t(i) * size_t(n) + size_t(j)] ? lb::kMaskOpen : lb::kMaskShut;
-            std::fill(row + n_past + n, row + n_kv, lb::kMaskShut);
-        }
-        lb::set_graph_input(g.mask, mask_host_.data(), mask_host_.size() * sizeof(uint16_t));
+        const uint16_t * mask = tree_mask_.build(backend.get(), n, n_kv, n_past, allowed.data());
+        lb::set_graph_input(g.mask, mask, size_t(n) * size_t(n_kv) * sizeof(uint16_t));
     }
     run_sampled(g, sampling, {toks, parents, n}, n, "verify");
     ggml_backend_tensor_get(g.argmax, out_argmax, 0, size_t(n) * sizeof(int32_t));

@@ -1,0 +1,53 @@
+// mask_stage.cpp: see mask_stage.hpp.
+#include "mask_stage.hpp"
+
+#include <algorithm>
+
+namespace lb {
+
+uint16_t * MaskStage::reserve(ggml_backend_t backend, size_t values) {
+    if (values <= capacity_) return data_;
+    // doubling: a long prompt's micro-batches grow the mask by a little each, and pinned allocations are slow
+    const size_t want = std::max(values, 2 * capacity_);
+    n_ = 0;  // what was there is not kept
+    pinned_.reset();
+    data_ = nullptr;
+    ggml_backend_dev_t dev = ggml_backend_get_device(backend);
+    ggml_backend_buffer_type_t host = dev ? ggml_backend_dev_host_buffer_type(dev) : nullptr;
+    if (host) {
+        pinned_.reset(ggml_backend_buft_alloc_buffer(host, want * sizeof(uint16_t)));
+        if (pinned_) data_ = static_cast<uint16_t *>(ggml_backend_buffer_get_base(pinned_.get()));
+    }
+    if (data_) {
+        plain_ = {};
+    } else {  // no host buffer type (the CPU backend), or the pinned allocation failed: pageable memory serves
+        pinned_.reset();
+        plain_.resize(want);
+        data_ = plain_.data();
+    }
+    capacity_ = want;
+    return data_;
+}
+
+const uint16_t * MaskStage::build(ggml_backend_t backend, int32_t n, int32_t n_kv, int32_t P, const uint8_t * allowed) {
+    uint16_t * mask = reserve(backend, size_t(n) * size_t(n_kv));
+    // The same rows as last time with P grown: a row changed only in [P_, P + n) (it was open before P_ and
+    // shut from P_ + n <= P + n on, and now is open before P and shut from P + n on).
+    const bool same_rows = n_ == n && n_kv_ == n_kv && P_ <= P;
+    const int32_t from = same_rows ? P_ : 0;
+    for (int32_t i = 0; i < n; ++i) {
+        uint16_t * row = mask + size_t(i) * size_t(n_kv);
+        std::fill(row + from, row + P, kMaskOpen);
+        for (int32_t j = 0; j < n; ++j) {
+            const bool sees = allowed ? allowed[size_t(i) * size_t(n) + size_t(j)] != 0 : j <= i;
+            row[P + j] = sees ? kMaskOpen : kMaskShut;
+        }
+        if (!same_rows) std::fill(row + P + n, row + n_kv, kMaskShut);
+    }
+    n_ = n;
+    n_kv_ = n_kv;
+    P_ = P;
+    return mask;
+}
+
+}  // namespace lb

@@ -209,13 +209,11 @@ void lb_engine::set_positions_and_slots(lb::ForwardGraph & g, int32_t n, const i
 }
 
 // Inputs of a chain: token i sits at position P+i, writes slot P+i, sees slots 0..P+i.
-void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n) {
-    const int32_t n_kv = g.shape.n_kv;
+void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const ForwardSlot & slot, lb::MaskStage & mask,
+                                 const int32_t * toks, int32_t n) {
     model->embedding.stage(toks, n, g.tokens);
     set_positions_and_slots(g, n, nullptr);
-    if (!g.mask) return;
-    const uint16_t * mask = chain_mask_.build(backend.get(), n, n_kv, n_past, nullptr);
-    lb::set_graph_input(g.mask, mask, size_t(n) * size_t(n_kv) * sizeof(uint16_t));
+    if (g.mask) mask.set(backend.get(), g.mask, slot.builds, n, g.shape.n_kv, n_past, nullptr);
 }
 
 void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap,
@@ -239,7 +237,7 @@ void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, flo
             shape.pen_slots = lb::penalty_slots(sampling->penalty_last_n, model->hp.n_vocab);
         }
         lb::ForwardGraph & g = forward_graph(prefill_slot_, shape, "prefill");
-        set_chain_inputs(g, toks + off, nc);
+        set_chain_inputs(g, prefill_slot_, prefill_mask_, toks + off, nc);
         run_sampled(g, off + nc == n ? sampling : nullptr, {toks, nullptr, n}, 1, "prefill");
         if (logits) {
             ggml_backend_tensor_get(g.logits, logits + int64_t(off) * n_vocab, 0, size_t(nc) * size_t(n_vocab) * sizeof(float));
@@ -266,7 +264,7 @@ void lb_engine::step(int32_t tok, int32_t * out_next, const lb_sampling * sampli
         shape.pen_slots = lb::penalty_slots(sampling->penalty_last_n, model->hp.n_vocab);
     }
     lb::ForwardGraph & g = forward_graph(step_slot_, shape, "step");
-    set_chain_inputs(g, &tok, 1);
+    set_chain_inputs(g, step_slot_, step_mask_, &tok, 1);
     run_sampled(g, sampling, {&tok, nullptr, 1}, 1, "step");
     ggml_backend_tensor_get(g.argmax, out_next, 0, sizeof(int32_t));
     n_past += 1;

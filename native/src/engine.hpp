@@ -124,8 +124,8 @@ private:
     std::vector<int32_t> pos_host_;
     std::vector<int64_t> kv_idx_host_;
     std::vector<int64_t> draw_pos_host_;
-    // the masks of chains (prefill, step) and of verify trees: each kept from its last call (mask_stage.hpp)
-    lb::MaskStage chain_mask_, tree_mask_;
+    // the attention masks of the prefill, step and verify graphs, each kept from its slot's last call (mask_stage.hpp)
+    lb::MaskStage prefill_mask_, step_mask_, verify_mask_;
     std::vector<int32_t> depth_host_;
     std::vector<int32_t> i32_host_;
     std::vector<uint8_t> allowed_host_;
@@ -137,7 +137,8 @@ private:
     void check_batch(const int32_t * toks, int32_t n, const float * logits, int64_t logits_cap, const char * what,
                      const char * noun) const;
     void set_positions_and_slots(lb::ForwardGraph & g, int32_t n, const int32_t * depth);
-    void set_chain_inputs(lb::ForwardGraph & g, const int32_t * toks, int32_t n);
+    void set_chain_inputs(lb::ForwardGraph & g, const ForwardSlot & slot, lb::MaskStage & mask, const int32_t * toks,
+                          int32_t n);
     void run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, const lb::CallTokens & call, int32_t rows,
                      const char * what);
     void compute(ggml_cgraph * gf, const char * what);

@@ -29,7 +29,8 @@ uint16_t * MaskStage::reserve(ggml_backend_t backend, size_t values) {
     return data_;
 }
 
-const uint16_t * MaskStage::build(ggml_backend_t backend, int32_t n, int32_t n_kv, int32_t P, const uint8_t * allowed) {
+void MaskStage::set(ggml_backend_t backend, ggml_tensor * dst, int32_t dst_graph, int32_t n, int32_t n_kv, int32_t P,
+                    const uint8_t * allowed) {
     uint16_t * mask = reserve(backend, size_t(n) * size_t(n_kv));
     // The same rows as last time with P grown: a row changed only in [P_, P + n) (it was open before P_ and
     // shut from P_ + n <= P + n on, and now is open before P and shut from P + n on).
@@ -47,7 +48,22 @@ const uint16_t * MaskStage::build(ggml_backend_t backend, int32_t n, int32_t n_k
     n_ = n;
     n_kv_ = n_kv;
     P_ = P;
-    return mask;
+
+    if (!dst || !dst->buffer) {  // an input the graph does not use
+        sent_to_ = nullptr;
+        return;
+    }
+    // dst holds the last mask when it received it, is still the same graph's, and that graph keeps its memory
+    const bool kept = (dst->flags & GGML_TENSOR_FLAG_OUTPUT) != 0;
+    const size_t ld = size_t(n_kv) * sizeof(uint16_t);
+    if (same_rows && kept && sent_to_ == dst->data && sent_graph_ == dst_graph) {
+        ggml_backend_tensor_set_2d(dst, mask + from, size_t(from) * sizeof(uint16_t),
+                                   size_t(P + n - from) * sizeof(uint16_t), size_t(n), ld, ld);
+    } else {
+        ggml_backend_tensor_set(dst, mask, 0, size_t(n) * ld);
+    }
+    sent_to_ = kept ? dst->data : nullptr;
+    sent_graph_ = dst_graph;
 }
 
 }  // namespace lb

@@ -1,14 +1,15 @@
-// mask_stage.hpp: the host copy of a forward's attention mask, kept between calls and rewritten
-// only where it changed, in pinned memory where the device has it.
+// mask_stage.hpp: a forward's attention mask, kept between calls on the host and on the device and
+// rewritten and sent only where it changed; the host copy in pinned memory where the device has it.
 //
-// A forward over n new tokens at P committed ones uploads a mask [n rows][n_kv slots] (f16 bits):
-// row i open over the prefix [0, P), then over the new slots [P, P + n) that token i may see (its
+// A forward over n new tokens at P committed ones reads a mask [n rows][n_kv slots] (f16 bits): row
+// i open over the prefix [0, P), then over the new slots [P, P + n) that token i may see (its
 // ancestors and itself in a verify tree; slots up to its own in a chain), shut from P + n on. At
 // 128K a 23-node verify's mask is 6 MB: filled from scratch and copied from pageable memory each
-// step, it cost about a millisecond of host time and transfer (the 128K verify spent ~1.2-1.7 ms
-// more than its attention kernels account for: twenty-third and twenty-sixth sessions, H100 /
-// H200). Successive verifies (and AR steps) keep n and n_kv, and P only grows, so between them a
-// row changes in [P_last, P + n) alone: that span is written, the rest is left as it is.
+// step, it cost about a millisecond of host time and transfer (the 128K verify spent ~1-1.7 ms more
+// than its attention kernels account for: twenty-third and twenty-sixth sessions, H100 / H200).
+// Successive verifies (and AR steps) keep n and n_kv, and P only grows, so between them a row changes
+// only in [P_last, P + n): that span is written on the host and, where the graph keeps its mask's
+// memory between computes (ggml_set_output on the input), sent as one 2-D copy of n short rows.
 #pragma once
 
 #include <cstddef>
@@ -26,11 +27,15 @@ constexpr uint16_t kMaskShut = 0xFC00;  // -inf
 
 class MaskStage {
 public:
-    // The mask of n rows over n_kv slots at P committed tokens (P + n <= n_kv); allowed[i * n + j]:
-    // row i sees new slot j (nullptr: a chain, j <= i). Returns the mask, n * n_kv values, valid
-    // until the next build. `backend`: where the mask goes (its device's pinned host memory is used
-    // when it has one).
-    const uint16_t * build(ggml_backend_t backend, int32_t n, int32_t n_kv, int32_t P, const uint8_t * allowed);
+    // Sets dst (f16 [n_kv, n], a graph input) to the mask of n rows at P committed tokens (P + n <=
+    // n_kv); allowed[i * n + j]: row i sees new slot j (nullptr: a chain, j <= i). dst_graph: the
+    // install count of dst's graph slot (GraphSlot::builds), so a rebuilt graph, whose mask holds
+    // nothing yet, is sent whole. A stage serves one graph slot.
+    void set(ggml_backend_t backend, ggml_tensor * dst, int32_t dst_graph, int32_t n, int32_t n_kv, int32_t P,
+             const uint8_t * allowed);
+
+    // The host copy after the last set (n * n_kv values): for checks.
+    const uint16_t * host() const { return data_; }
 
 private:
     uint16_t * reserve(ggml_backend_t backend, size_t values);
@@ -39,8 +44,10 @@ private:
     std::vector<uint16_t> plain_;     // otherwise (CPU backend, or pinned memory refused)
     uint16_t * data_ = nullptr;
     size_t capacity_ = 0;             // values
-    // what data_ holds (n_ == 0: nothing yet)
+    // what data_ holds (n_ == 0: nothing yet), and the device mask that holds it too (none: nullptr)
     int32_t n_ = 0, n_kv_ = 0, P_ = 0;
+    const void * sent_to_ = nullptr;
+    int32_t sent_graph_ = -1;
 };
 
 }  // namespace lb

@@ -125,6 +125,9 @@ void ForwardBuilder::build() {
         fg.mask = graph_input(ctx, GGML_TYPE_F16, s.n_kv, n);
         ggml_set_name(fg.kv_idx, "inp_kv_idx");
         ggml_set_name(fg.mask, "inp_mask");
+        // a step's or a verify's mask keeps its memory between computes (never reused within the graph), so the
+        // next call sends only the slots that changed (mask_stage.hpp); a prefill's changes whole anyway
+        if (s.tree || n == 1) ggml_set_output(fg.mask);
     }
     if (s.tree) {
         fg.parents = graph_input(ctx, GGML_TYPE_I32, n);

@@ -51,10 +51,7 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
     model->embedding.stage(toks, n, g.tokens);
     lb::set_graph_input(g.parents, parents, size_t(n) * sizeof(int32_t));
     set_positions_and_slots(g, n, depth_host_.data());
-    if (g.mask) {
-        const uint16_t * mask = tree_mask_.build(backend.get(), n, n_kv, n_past, allowed.data());
-        lb::set_graph_input(g.mask, mask, size_t(n) * size_t(n_kv) * sizeof(uint16_t));
-    }
+    if (g.mask) verify_mask_.set(backend.get(), g.mask, verify_slot_.builds, n, n_kv, n_past, allowed.data());
     run_sampled(g, sampling, {toks, parents, n}, n, "verify");
     ggml_backend_tensor_get(g.argmax, out_argmax, 0, size_t(n) * sizeof(int32_t));
     if (logits) ggml_backend_tensor_get(g.logits, logits, 0, size_t(n) * size_t(n_vocab) * sizeof(float));

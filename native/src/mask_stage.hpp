@@ -5,7 +5,7 @@
 // i open over the prefix [0, P), then over the new slots [P, P + n) that token i may see (its
 // ancestors and itself in a verify tree; slots up to its own in a chain), shut from P + n on. At
 // 128K a 23-node verify's mask is 6 MB: filled from scratch and copied from pageable memory each
-// step, it cost about a millisecond of host time and transfer (the 128K verify spent ~1-1.7 ms more
+// step, it cost about a millisecond of host time and transfer (the 128K verify spent ~0.9-1.7 ms more
 // than its attention kernels account for: twenty-third and twenty-sixth sessions, H100 / H200).
 // Successive verifies (and AR steps) keep n and n_kv, and P only grows, so between them a row changes
 // only in [P_last, P + n): that span is written on the host and, where the graph keeps its mask's

@@ -7,8 +7,9 @@ namespace lb {
 
 uint16_t * MaskStage::reserve(ggml_backend_t backend, size_t values) {
     if (values <= capacity_) return data_;
-    // doubling: a long prompt's micro-batches grow the mask by a little each, and pinned allocations are slow
-    const size_t want = std::max(values, 2 * capacity_);
+    // by half again: a long prompt's micro-batches grow the mask a little each and pinned allocations are slow
+    // (doubling would hold up to twice a 256K prefill's 256 MB mask)
+    const size_t want = std::max(values, capacity_ + capacity_ / 2);
     n_ = 0;  // what was there is not kept
     pinned_.reset();
     data_ = nullptr;

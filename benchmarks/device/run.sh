@@ -2,7 +2,7 @@
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
 #                                                serverbench attnprof ab lbqprof lbqprefprof stock patchab
-#                                                libab wgmma all (default: all)
+#                                                libab wgmma probe all (default: all)
 # LUCEBOX_CUDA_ARCHS: the architecture the build and stock stages compile for (default 90; 90a adds Hopper-only
 # instructions such as wgmma).
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
@@ -85,6 +85,15 @@ stage_wgmma() {
     log "wgmma against mma.sync: bits and throughput (wgmma_check)"
     nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/kernels/wgmma_check.cu -o "$WORK/wgmma_check" \
         && "$WORK/wgmma_check" 2>&1 | tee "$OUT/wgmma_check.txt"
+    return "${PIPESTATUS[0]}"
+}
+
+# A candidate structure for the verify tree's attention at depth, timed against nothing but itself (standalone; run
+# attn_check's bench in the same call to compare)
+stage_probe() {
+    log "tree attention probe: a block per (KV head, segment, 5 m-tiles), online softmax in registers (tree_attn_probe)"
+    nvcc -O3 -std=c++17 -arch="sm_$ARCHS" benchmarks/kernels/tree_attn_probe.cu -o "$WORK/tree_attn_probe" \
+        && "$WORK/tree_attn_probe" 2>&1 | tee "$OUT/tree_attn_probe.txt"
     return "${PIPESTATUS[0]}"
 }
 
@@ -379,7 +388,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock|patchab|libab|wgmma) "stage_$s" || rc=1 ;;
+        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock|patchab|libab|wgmma|probe) "stage_$s" || rc=1 ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

@@ -1,0 +1,414 @@
+// tree_attn_probe: how fast can a verify tree's attention over a deep Q4_0 cache run with the block structure the
+// invariant attention lacks? A probe for issue 19's last goal (verify at 128K within 1.25x of its 4K time needs the
+// 23-node tree call at ~290 us on an H100; the invariant kernel takes ~707 us, attn_check): not a ggml op and not
+// batch-invariant as it stands, only the shape of a candidate:
+//   - a block per (KV head, segment of keys, group of 5 m-tiles): a tree's 138 rows (23 queries x 6 heads, 9 m-tiles
+//     of 16, a warp each) take 2 blocks, so each K / V tile is copied and converted twice, not 3 times (5 warps: at
+//     most 2 on a scheduler, so 255 registers a thread; 9 warps would cap them at 168 and spill);
+//   - each warp owns whole rows: S, the online softmax (FlashAttention-2's rescale per 64-key tile) and P stay in
+//     registers (S's accumulators are P V's A fragments), O (16 rows x 256 dims) too; no row reduction through shared
+//     memory, no running values through L2, two barriers a tile;
+//   - a wave or two of blocks (one a multiprocessor) over segments of the keys, merged in segment order by a second
+//     kernel.
+// A row's arithmetic here depends only on its own keys and the segment length, so with the length fixed a one-query
+// call (4 warps, one live) gives a tree row's bits (the property a rewrite of the invariant attention needs: checked).
+// Checks against a CPU reference (double) at 2K keys, then times 1 and 23 queries at 4K / 32K / 128K keys.
+// A tree block takes ~147 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a real kernel
+// would take 32-key tiles there).
+//   nvcc -O3 -std=c++17 -arch=sm_90 benchmarks/kernels/tree_attn_probe.cu -o tree_attn_probe   (builds for sm_80 up)
+//   (`run.sh probe` runs it.)
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#define CHECK(x)                                                                                    \
+    do {                                                                                            \
+        cudaError_t e_ = (x);                                                                       \
+        if (e_ != cudaSuccess) {                                                                    \
+            std::fprintf(stderr, "tree_attn_probe: %s: %s\n", #x, cudaGetErrorString(e_));          \
+            std::exit(2);                                                                           \
+        }                                                                                           \
+    } while (0)
+
+constexpr int D = 256, G = 6, HKV = 4, H = HKV * G;  // the 27B's attention layers
+constexpr int kTile = 64;                            // keys a tile
+constexpr int kRowBytes = D / 32 * 18;               // a Q4_0 row of one head: 8 blocks of (f16 d, 16 bytes)
+constexpr int kLd = D + 8;                           // halves per f16 row in shared memory (ldmatrix: no conflicts)
+
+__device__ __forceinline__ unsigned smem_addr(const void * p) { return unsigned(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(void * dst, const void * src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void ldsm_x4_t(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+                 "{%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ unsigned pack2(float x, float y) {
+    const half2 h = __floats2half2_rn(x, y);
+    return *(const unsigned *) &h;
+}
+
+// Q4_0 quant block (d, then 16 bytes: value i in the low nibble of byte i, value i + 16 in its high one) -> 32 f16
+__device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, half * dst) {
+    const half2 d2 = __half2half2(*(const half *) src);
+    unsigned lo[8], hi[8];
+#pragma unroll
+    for (int i = 0; i < 16; i += 2) {
+        const unsigned two = *(const uint16_t *) (src + 2 + i);  // 2-byte aligned: blocks are 18 bytes
+        const half2 l = __halves2half2(__int2half_rn(int(two & 0xF) - 8), __int2half_rn(int((two >> 8) & 0xF) - 8));
+        const half2 h = __halves2half2(__int2half_rn(int((two >> 4) & 0xF) - 8), __int2half_rn(int(two >> 12) - 8));
+        const half2 lv = __hmul2(l, d2), hv = __hmul2(h, d2);
+        lo[i / 2] = *(const unsigned *) &lv;
+        hi[i / 2] = *(const unsigned *) &hv;
+    }
+    uint4 * o = (uint4 *) dst;
+    o[0] = make_uint4(lo[0], lo[1], lo[2], lo[3]);
+    o[1] = make_uint4(lo[4], lo[5], lo[6], lo[7]);
+    o[2] = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    o[3] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
+}
+
+size_t smem_bytes(int nw) {
+    return size_t(nw) * 16 * kLd * 2 + 2 * size_t(kTile) * kLd * 2 + 2 * 2 * size_t(kTile) * kRowBytes;
+}
+
+// One block per (KV head, group of NW m-tiles, segment), the head varying fastest: warp w the rows 16 (NW grp + w) ..
+// of the head's n_q * G (row r: query r / G, head kvh * G + r % G). q: f16 [n_q][H][D]; k, v: Q4_0
+// [n_kv][HKV][kRowBytes]; part: [seg][HKV][n_grp * NW * 16][D + 2] (O unnormalized, then the row's max m in log2
+// units and its sum l).
+template <int NW>
+__global__ void __launch_bounds__(NW * 32, 1)
+probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
+           int seg_tiles, float scale_log2) {
+    extern __shared__ uint4 smem_u4[];
+    half * q_sh = (half *) smem_u4;                         // [NW * 16][kLd]
+    half * k_sh = q_sh + NW * 16 * kLd;                     // [kTile][kLd]
+    half * v_sh = k_sh + kTile * kLd;                       // [kTile][kLd]
+    uint8_t * raw_sh = (uint8_t *) (v_sh + kTile * kLd);    // [2 stages][K, V][kTile][kRowBytes]
+    const int kvh = blockIdx.x % HKV, grp = blockIdx.x / HKV % n_grp, seg = blockIdx.x / (HKV * n_grp);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane >> 2, tig = lane & 3;
+    const int row0 = grp * NW * 16, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
+    constexpr size_t kStride = size_t(HKV) * kRowBytes;     // bytes a cache row (all KV heads)
+
+    for (int i = tid; i < NW * 16 * (D / 8); i += NW * 32) {
+        const int r = i / (D / 8), d = (i % (D / 8)) * 8;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (r < rows) x = *(const uint4 *) (q + (size_t((row0 + r) / G) * H + kvh * G + (row0 + r) % G) * D + d);
+        *(uint4 *) (q_sh + r * kLd + d) = x;
+    }
+    auto issue = [&](int t, int stage) {
+        uint8_t * dst = raw_sh + stage * 2 * kTile * kRowBytes;
+        const size_t off = size_t(t) * kTile * kStride + size_t(kvh) * kRowBytes;
+        constexpr int kSegs = kRowBytes / 16;  // 9
+        for (int i = tid; i < 2 * kTile * kSegs; i += NW * 32) {
+            const int which = i / (kTile * kSegs), j = i % (kTile * kSegs), key = j / kSegs, s = j % kSegs;
+            cp_async16(dst + (which * kTile + key) * kRowBytes + s * 16,
+                       (which ? v : k) + off + size_t(key) * kStride + s * 16);
+        }
+        cp_commit();
+    };
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const bool live = warp * 16 < rows;
+    const unsigned q_lane = smem_addr(q_sh) + 2 * ((warp * 16 + lane % 16) * kLd + (lane / 16) * 8);
+    const unsigned k_lane = smem_addr(k_sh) + 2 * ((lane % 8 + (lane / 16) * 8) * kLd + ((lane / 8) % 2) * 8);
+    const unsigned v_lane = smem_addr(v_sh) + 2 * ((lane % 16) * kLd + (lane / 16) * 8);
+
+    if (t0 < t1) issue(t0, 0);
+    for (int t = t0; t < t1; ++t) {
+        const int stage = (t - t0) & 1;
+        cp_wait_all();
+        __syncthreads();  // tile t's raw rows in; every warp done with the f16 tile before (and Q written)
+        if (t + 1 < t1) issue(t + 1, stage ^ 1);
+        const uint8_t * raw = raw_sh + stage * 2 * kTile * kRowBytes;
+        for (int b = tid; b < 2 * kTile * (D / 32); b += NW * 32) {
+            const int which = b / (kTile * (D / 32)), j = b % (kTile * (D / 32)), key = j / (D / 32), qb = j % (D / 32);
+            q4_0_to_f16(raw + (which * kTile + key) * kRowBytes + qb * 18, (which ? v_sh : k_sh) + key * kLd + qb * 32);
+        }
+        __syncthreads();
+        if (!live) continue;
+        // S = Q K^T: 16 rows x 64 keys (8 n-tiles), k-steps in dimension order
+        float s[kTile / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < kTile / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+#pragma unroll
+        for (int d0 = 0; d0 < D; d0 += 16) {
+            unsigned a[4];
+            ldsm_x4(a, q_lane + 2 * d0);
+#pragma unroll
+            for (int nt = 0; nt < kTile / 8; nt += 2) {
+                unsigned b[4];
+                ldsm_x4(b, k_lane + 2 * (nt * 8 * kLd + d0));
+                mma16816(s[nt], a, b[0], b[1]);
+                mma16816(s[nt + 1], a, b[2], b[3]);
+            }
+        }
+        // online softmax in log2 units: rows gid (h 0) and gid + 8 (h 1), each over the 4 threads of a quad
+        float mx[2] = {m[0], m[1]};
+#pragma unroll
+        for (int nt = 0; nt < kTile / 8; ++nt) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                s[nt][e] *= scale_log2;
+                mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+            }
+        }
+        float corr[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 1));
+            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 2));
+            corr[h] = exp2f(m[h] - mx[h]);  // 0 on the first tile (m = -inf)
+            m[h] = mx[h];
+        }
+        unsigned pa[kTile / 16][4];  // P as the A fragments of O += P V: k-step j = keys 16 j ..
+#pragma unroll
+        for (int nt = 0; nt < kTile / 8; ++nt) {
+            const float p0 = exp2f(s[nt][0] - m[0]), p1 = exp2f(s[nt][1] - m[0]);
+            const float p2 = exp2f(s[nt][2] - m[1]), p3 = exp2f(s[nt][3] - m[1]);
+            rs[0] += p0 + p1;
+            rs[1] += p2 + p3;
+            pa[nt / 2][(nt % 2) * 2 + 0] = pack2(p0, p1);
+            pa[nt / 2][(nt % 2) * 2 + 1] = pack2(p2, p3);
+        }
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            rs[h] += __shfl_xor_sync(0xFFFFFFFF, rs[h], 1);
+            rs[h] += __shfl_xor_sync(0xFFFFFFFF, rs[h], 2);
+            l[h] = l[h] * corr[h] + rs[h];
+        }
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+            o[nt][0] *= corr[0];
+            o[nt][1] *= corr[0];
+            o[nt][2] *= corr[1];
+            o[nt][3] *= corr[1];
+        }
+        // O += P V, keys in order
+#pragma unroll
+        for (int j = 0; j < kTile / 16; ++j) {
+#pragma unroll
+            for (int nt = 0; nt < D / 8; nt += 2) {
+                unsigned b[4];
+                ldsm_x4_t(b, v_lane + 2 * (j * 16 * kLd + nt * 8));
+                mma16816(o[nt], pa[j], b[0], b[1]);
+                mma16816(o[nt + 1], pa[j], b[2], b[3]);
+            }
+        }
+    }
+    if (!live) return;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int row = row0 + warp * 16 + gid + 8 * h;
+        float * out = part + ((size_t(seg) * HKV + kvh) * (n_grp * NW * 16) + row) * (D + 2);
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+            *(float2 *) (out + nt * 8 + 2 * tig) = make_float2(o[nt][2 * h], o[nt][2 * h + 1]);
+        }
+        if (tig == 0) {
+            out[D] = m[h];
+            out[D + 1] = l[h];
+        }
+    }
+}
+
+// dst [n_q][H][D] f32: the segments of each row merged in segment order; one thread a (row, dimension)
+__global__ void probe_merge(const float * part, float * dst, int n_q, int n_seg, int nw_rows) {
+    const int kvh = blockIdx.y, row = blockIdx.x, d = threadIdx.x;
+    if (row >= n_q * G) return;
+    float M = -INFINITY;
+    for (int s = 0; s < n_seg; ++s) M = fmaxf(M, part[((size_t(s) * HKV + kvh) * nw_rows + row) * (D + 2) + D]);
+    float O = 0.0f, L = 0.0f;
+    for (int s = 0; s < n_seg; ++s) {
+        const float * p = part + ((size_t(s) * HKV + kvh) * nw_rows + row) * (D + 2);
+        const float w = exp2f(p[D] - M);
+        O += w * p[d];
+        L += w * p[D + 1];
+    }
+    dst[(size_t(row / G) * H + kvh * G + row % G) * D + d] = O / L;
+}
+
+struct Case {
+    int n_q, n_kv, seg_tiles;  // queries, keys (a multiple of kTile), tiles a segment
+};
+
+struct Run {
+    float attn_us = 0, merge_us = 0;
+};
+
+template <int NW>
+Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v, float * part, float * dst, int iters) {
+    const int n_tiles = c.n_kv / kTile, seg_tiles = c.seg_tiles;
+    const int n_seg = (n_tiles + seg_tiles - 1) / seg_tiles, n_grp = (c.n_q * G + NW * 16 - 1) / (NW * 16);
+    const size_t smem = smem_bytes(NW);
+    CHECK(cudaFuncSetAttribute(probe_attn<NW>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    const float scale_log2 = 1.0f / std::sqrt(float(D)) * 1.4426950408889634f;
+    cudaEvent_t e0, e1, e2;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    CHECK(cudaEventCreate(&e2));
+    Run r;
+    for (int it = -2; it < iters; ++it) {  // two warm-up runs
+        CHECK(cudaEventRecord(e0));
+        probe_attn<NW><<<n_seg * HKV * n_grp, NW * 32, smem>>>(q, k, v, part, c.n_q, n_grp, n_tiles, seg_tiles,
+                                                                scale_log2);
+        CHECK(cudaEventRecord(e1));
+        probe_merge<<<dim3(c.n_q * G, HKV), D>>>(part, dst, c.n_q, n_seg, n_grp * NW * 16);
+        CHECK(cudaEventRecord(e2));
+        CHECK(cudaEventSynchronize(e2));
+        if (it >= 0) {
+            float a, b;
+            CHECK(cudaEventElapsedTime(&a, e0, e1));
+            CHECK(cudaEventElapsedTime(&b, e1, e2));
+            r.attn_us += 1000.0f * a / iters;
+            r.merge_us += 1000.0f * b / iters;
+        }
+    }
+    CHECK(cudaGetLastError());
+    return r;
+}
+
+Run run_case(const Case & c, const half * q, const uint8_t * k, const uint8_t * v, float * part, float * dst,
+             int iters) {
+    if (c.n_q * G <= 4 * 16) return launch<4>(c, q, k, v, part, dst, iters);  // an AR step: one m-tile
+    return launch<5>(c, q, k, v, part, dst, iters);
+}
+
+int main() {
+    constexpr int kMaxKv = 131072, kMaxQ = 23, kMaxSeg = 264;
+    std::vector<uint8_t> hk(size_t(kMaxKv) * HKV * kRowBytes), hv(hk.size());
+    std::vector<half> hq(size_t(kMaxQ) * H * D);
+    uint64_t st = 12345;
+    auto rnd = [&]() {  // xorshift: uniform in [0, 1)
+        st ^= st << 13;
+        st ^= st >> 7;
+        st ^= st << 17;
+        return double(st >> 11) / double(1ull << 53);
+    };
+    for (auto * buf : {&hk, &hv}) {
+        for (size_t b = 0; b < buf->size() / 18; ++b) {
+            const half d = __float2half(float(0.02 + 0.1 * rnd()));
+            std::memcpy(buf->data() + b * 18, &d, 2);
+            for (int i = 0; i < 16; ++i) (*buf)[b * 18 + 2 + i] = uint8_t(rnd() * 256.0);
+        }
+    }
+    for (auto & x : hq) x = __float2half(float(2.0 * rnd() - 1.0));
+    half * q;
+    uint8_t *k, *v;
+    float *part, *dst;
+    CHECK(cudaMalloc(&q, hq.size() * sizeof(half)));
+    CHECK(cudaMalloc(&k, hk.size()));
+    CHECK(cudaMalloc(&v, hv.size()));
+    CHECK(cudaMalloc(&part, size_t(kMaxSeg) * HKV * 10 * 16 * (D + 2) * sizeof(float)));  // 2 groups of 5 m-tiles
+    CHECK(cudaMalloc(&dst, size_t(kMaxQ) * H * D * sizeof(float)));
+    CHECK(cudaMemcpy(q, hq.data(), hq.size() * sizeof(half), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(k, hk.data(), hk.size(), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(v, hv.data(), hv.size(), cudaMemcpyHostToDevice));
+
+    // the check: 2K keys in 3 uneven segments, against double precision from the same f16 values
+    bool ok = true;
+    constexpr int kCheckKv = 2048;
+    auto deq = [&](const std::vector<uint8_t> & buf) {  // [key][kvh][d], the f16 values the kernel computes with
+        std::vector<double> x(size_t(kCheckKv) * HKV * D);
+        for (int t = 0; t < kCheckKv; ++t) {
+            for (int kvh = 0; kvh < HKV; ++kvh) {
+                for (int d = 0; d < D; ++d) {
+                    const uint8_t * blk = buf.data() + (size_t(t) * HKV + kvh) * kRowBytes + (d / 32) * 18;
+                    half hd;
+                    std::memcpy(&hd, blk, 2);
+                    const int i = d % 32, nib = i < 16 ? blk[2 + i] & 0xF : blk[2 + i - 16] >> 4;
+                    const half val = __float2half(float(nib - 8) * __half2float(hd));  // exact, then rounded
+                    x[(size_t(t) * HKV + kvh) * D + d] = double(__half2float(val));
+                }
+            }
+        }
+        return x;
+    };
+    const std::vector<double> dk = deq(hk), dv = deq(hv);
+    std::vector<float> tree_q0;  // query 0's rows from the 23-query call
+    for (int n_q : {23, 1}) {
+        const Case c{n_q, kCheckKv, 11};  // 32 tiles: segments of 11, 11, 10
+        run_case(c, q, k, v, part, dst, 1);
+        std::vector<float> got(size_t(n_q) * H * D);
+        CHECK(cudaMemcpy(got.data(), dst, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        double worst = 0.0;
+        for (int qi = 0; qi < n_q; ++qi) {
+            for (int h = 0; h < H; ++h) {
+                const int kvh = h / G;
+                std::vector<double> sc(c.n_kv);
+                double mx = -1e300;
+                for (int t = 0; t < c.n_kv; ++t) {
+                    double s = 0.0;
+                    const half * qr = hq.data() + (size_t(qi) * H + h) * D;
+                    const double * kr = dk.data() + (size_t(t) * HKV + kvh) * D;
+                    for (int d = 0; d < D; ++d) s += double(__half2float(qr[d])) * kr[d];
+                    sc[t] = s / std::sqrt(double(D));
+                    mx = std::max(mx, sc[t]);
+                }
+                double L = 0.0;
+                for (auto & s : sc) L += (s = std::exp(s - mx));
+                for (int d = 0; d < D; ++d) {
+                    double O = 0.0;
+                    for (int t = 0; t < c.n_kv; ++t) O += sc[t] * dv[(size_t(t) * HKV + kvh) * D + d];
+                    worst = std::max(worst, std::fabs(O / L - double(got[(size_t(qi) * H + h) * D + d])));
+                }
+            }
+        }
+        const bool good = worst < 2e-3;
+        ok &= good;
+        std::printf("%s  %2d queries, %d keys, 3 segments: max abs error vs double %.3g\n", good ? "ok  " : "BAD ", n_q,
+                    c.n_kv, worst);
+        if (n_q == 23) {
+            tree_q0.assign(got.begin(), got.begin() + H * D);
+        } else {
+            int differ = 0;
+            for (int i = 0; i < H * D; ++i) differ += std::memcmp(&got[i], &tree_q0[i], sizeof(float)) != 0;
+            std::printf("%s  query 0 in the tree == one query: %d of %d values differ\n", differ ? "BAD " : "ok  ",
+                        differ, H * D);
+            ok &= differ == 0;
+        }
+    }
+
+    int dev = 0, n_sm = 0;
+    CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    std::printf("\n| queries | keys | segments | blocks | attention us | merge us | total us |\n"
+                "|---|---|---|---|---|---|---|\n");
+    for (int n_kv : {4096, 32768, 131072}) {
+        for (int n_q : {1, 23}) {
+            // one wave of blocks (one a multiprocessor), and two
+            for (int waves : {1, 2}) {
+                const int n_grp = n_q * G <= 4 * 16 ? 1 : (n_q * G + 5 * 16 - 1) / (5 * 16);  // as run_case picks
+                const int n_tiles = n_kv / kTile;
+                const int want = std::min({std::max(1, waves * n_sm / (HKV * n_grp)), kMaxSeg, n_tiles});
+                const int seg_tiles = (n_tiles + want - 1) / want, n_seg = (n_tiles + seg_tiles - 1) / seg_tiles;
+                const Run r = run_case({n_q, n_kv, seg_tiles}, q, k, v, part, dst, 20);
+                std::printf("| %d | %d | %d | %d | %.1f | %.1f | %.1f |\n", n_q, n_kv, n_seg, n_seg * HKV * n_grp,
+                            r.attn_us, r.merge_us, r.attn_us + r.merge_us);
+            }
+        }
+    }
+    std::printf("tree_attn_probe: %s\n", ok ? "all ok" : "FAILED");
+    return ok ? 0 : 1;
+}

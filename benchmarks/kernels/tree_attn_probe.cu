@@ -12,11 +12,13 @@
 //     kernel.
 // A row's arithmetic here depends only on its own keys and the segment length, so with the length fixed a one-query
 // call (4 warps, one live) gives a tree row's bits (the property a rewrite of the invariant attention needs: checked).
-// Checks against a CPU reference (double) at 2K keys, then times 1 and 23 queries at 4K / 32K / 128K keys over a
-// Q4_0 cache and over an F16 one holding the same values (copied straight, no conversion: what the conversion costs;
-// ggml's own F16 kernel takes ~400 us for the tree at 128K, attn_check).
-// A tree block takes ~147 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a real kernel
-// would take 32-key tiles there).
+// Three ways to fill the f16 tiles (Mode): Q4_0 converted by every warp between two barriers, Q4_0 converted by two
+// producer warps a tile ahead (FlashAttention-3's split, on mma.sync), and an F16 cache of the same values copied
+// straight (what the conversion costs; ggml's own F16 kernel takes ~400 us for the tree at 128K, attn_check). Checks
+// against a CPU reference (double) and bit for bit across modes and query counts at 2K keys, then times 1 and 23
+// queries at 4K / 32K / 128K keys.
+// A tree block takes 147-214 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a real
+// kernel would take 32-key tiles there).
 //   nvcc -O3 -std=c++17 -arch=sm_90 benchmarks/kernels/tree_attn_probe.cu -o tree_attn_probe   (builds for sm_80 up)
 //   (`run.sh probe` runs it.)
 #include <cuda_fp16.h>
@@ -89,83 +91,131 @@ __device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, half * dst) {
     o[3] = make_uint4(hi[4], hi[5], hi[6], hi[7]);
 }
 
-size_t smem_bytes(int nw, bool f16) {
+// How a block gets its f16 tiles: Q4_0 rows copied and converted by every warp between two barriers (kSerial); F16
+// rows copied straight into two f16 stages (kF16: one barrier a tile, no conversion); Q4_0 rows copied and converted
+// by 2 producer warps into two f16 stages while the NW consumer warps compute the tile before (kProducers: one
+// barrier a tile, the conversion off the consumers' path).
+enum Mode { kSerial, kF16, kProducers };
+constexpr int kProducerWarps = 2;
+__host__ __device__ constexpr int producer_warps(int mode) { return mode == kProducers ? kProducerWarps : 0; }
+
+size_t smem_bytes(int nw, int mode) {
     const size_t q = size_t(nw) * 16 * kLd * 2, tile = 2 * size_t(kTile) * kLd * 2;  // Q; a K and a V f16 tile
-    return f16 ? q + 2 * tile : q + tile + 2 * 2 * size_t(kTile) * kRowBytes;
+    const size_t raw = 2 * 2 * size_t(kTile) * kRowBytes;                            // 2 slots of K and V rows
+    return mode == kF16 ? q + 2 * tile : mode == kProducers ? q + 2 * tile + raw : q + tile + raw;
 }
 
-// One block per (KV head, group of NW m-tiles, segment), the head varying fastest: warp w the rows 16 (NW grp + w) ..
-// of the head's n_q * G (row r: query r / G, head kvh * G + r % G). q: f16 [n_q][H][D]; k, v: [n_kv][HKV][row]
-// (Q4_0 rows of kRowBytes, or F16 rows with kF16: copied straight into a second f16 stage, no conversion, one barrier
-// a tile); part: [seg][HKV][n_grp * NW * 16][D + 2] (O unnormalized, then the row's max m in log2 units and its sum l).
-template <int NW, bool kF16>
-__global__ void __launch_bounds__(NW * 32, 1)
+// One block per (KV head, group of NW m-tiles, segment), the head varying fastest: warp w < NW the rows 16 (NW grp +
+// w) .. of the head's n_q * G (row r: query r / G, head kvh * G + r % G). q: f16 [n_q][H][D]; k, v: [n_kv][HKV][row]
+// (Q4_0 rows of kRowBytes, or F16 rows: kF16); part: [seg][HKV][n_grp * NW * 16][D + 2] (O unnormalized, then the
+// row's max m in log2 units and its sum l).
+template <int NW, int kMode>
+__global__ void __launch_bounds__((NW + producer_warps(kMode)) * 32, 1)
 probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
            int seg_tiles, float scale_log2) {
+    constexpr int kThreads = (NW + producer_warps(kMode)) * 32, kStages = kMode == kSerial ? 1 : 2;
     extern __shared__ uint4 smem_u4[];
-    half * q_sh = (half *) smem_u4;                         // [NW * 16][kLd]
-    half * kv_sh = q_sh + NW * 16 * kLd;                    // [kF16 ? 2 stages : 1][K, V][kTile][kLd]
-    // Q4_0: [2 stages][K, V][kTile][kRowBytes]
-    uint8_t * raw_sh = (uint8_t *) (kv_sh + (kF16 ? 2 : 1) * 2 * kTile * kLd);
+    half * q_sh = (half *) smem_u4;                                   // [NW * 16][kLd]
+    half * kv_sh = q_sh + NW * 16 * kLd;                              // [kStages][K, V][kTile][kLd]
+    uint8_t * raw_sh = (uint8_t *) (kv_sh + kStages * 2 * kTile * kLd);  // Q4_0: [2 slots][K, V][kTile][kRowBytes]
     const int kvh = blockIdx.x % HKV, grp = blockIdx.x / HKV % n_grp, seg = blockIdx.x / (HKV * n_grp);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane >> 2, tig = lane & 3;
     const int row0 = grp * NW * 16, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
-    constexpr int kBytes = kF16 ? D * 2 : kRowBytes;        // a row of one KV head
-    constexpr size_t kStride = size_t(HKV) * kBytes;        // bytes a cache row (all KV heads)
+    constexpr int kBytes = kMode == kF16 ? D * 2 : kRowBytes;        // a row of one KV head
+    constexpr size_t kStride = size_t(HKV) * kBytes;                  // bytes a cache row (all KV heads)
+    // the threads that copy and convert: the producers, or all
+    const int pt = kMode == kProducers ? tid - NW * 32 : tid;
+    constexpr int kPn = kMode == kProducers ? kProducerWarps * 32 : kThreads;
+    const bool producer = pt >= 0;
 
-    for (int i = tid; i < NW * 16 * (D / 8); i += NW * 32) {
+    for (int i = tid; i < NW * 16 * (D / 8); i += kThreads) {
         const int r = i / (D / 8), d = (i % (D / 8)) * 8;
         uint4 x = make_uint4(0, 0, 0, 0);
         if (r < rows) x = *(const uint4 *) (q + (size_t((row0 + r) / G) * H + kvh * G + (row0 + r) % G) * D + d);
         *(uint4 *) (q_sh + r * kLd + d) = x;
     }
-    auto issue = [&](int t, int stage) {
+    auto issue = [&](int t, int slot) {  // tile t's rows into raw slot (Q4_0) or f16 stage (F16) `slot`
         const size_t off = size_t(t) * kTile * kStride + size_t(kvh) * kBytes;
         constexpr int kSegs = kBytes / 16;  // Q4_0 9, F16 32
-        for (int i = tid; i < 2 * kTile * kSegs; i += NW * 32) {
+        for (int i = pt; i < 2 * kTile * kSegs; i += kPn) {
             const int which = i / (kTile * kSegs), j = i % (kTile * kSegs), key = j / kSegs, s = j % kSegs;
             const uint8_t * src = (which ? v : k) + off + size_t(key) * kStride + s * 16;
-            if constexpr (kF16) {
-                cp_async16(kv_sh + ((stage * 2 + which) * kTile + key) * kLd + s * 8, src);
+            if constexpr (kMode == kF16) {
+                cp_async16(kv_sh + ((slot * 2 + which) * kTile + key) * kLd + s * 8, src);
             } else {
-                cp_async16(raw_sh + ((stage * 2 + which) * kTile + key) * kRowBytes + s * 16, src);
+                cp_async16(raw_sh + ((slot * 2 + which) * kTile + key) * kRowBytes + s * 16, src);
             }
         }
         cp_commit();
+    };
+    auto convert = [&](int slot, int stage) {  // raw slot -> f16 stage
+        const uint8_t * raw = raw_sh + slot * 2 * kTile * kRowBytes;
+        for (int b = pt; b < 2 * kTile * (D / 32); b += kPn) {
+            const int which = b / (kTile * (D / 32)), j = b % (kTile * (D / 32)), key = j / (D / 32);
+            const int qb = j % (D / 32);
+            q4_0_to_f16(raw + (which * kTile + key) * kRowBytes + qb * 18,
+                        kv_sh + ((stage * 2 + which) * kTile + key) * kLd + qb * 32);
+        }
+    };
+    auto producers_sync = [] {  // the producer warps alone (named barrier 1): their copies landed for all of them
+        asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerWarps * 32) : "memory");
     };
 
     float o[D / 8][4];
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const bool live = warp * 16 < rows;
+    const bool live = warp < NW && warp * 16 < rows;
     const unsigned q_lane = smem_addr(q_sh) + 2 * ((warp * 16 + lane % 16) * kLd + (lane / 16) * 8);
     // stage 0's K tile; V is kTile rows after K, stage 1 2 kTile rows after stage 0
     const unsigned k_lane = smem_addr(kv_sh) + 2 * ((lane % 8 + (lane / 16) * 8) * kLd + ((lane / 8) % 2) * 8);
     const unsigned v_lane = smem_addr(kv_sh) + 2 * ((kTile + lane % 16) * kLd + (lane / 16) * 8);
     constexpr unsigned kStageBytes = 2 * kTile * kLd * 2;
 
-    if (t0 < t1) issue(t0, 0);
-    for (int t = t0; t < t1; ++t) {
-        const int stage = (t - t0) & 1;
-        cp_wait_all();
-        __syncthreads();  // tile t's rows in; every warp done with the f16 tile before (and Q written)
-        if (t + 1 < t1) issue(t + 1, stage ^ 1);
-        unsigned k_tile = k_lane, v_tile = v_lane;
-        if constexpr (kF16) {
-            k_tile += stage * kStageBytes;
-            v_tile += stage * kStageBytes;
-        } else {
-            const uint8_t * raw = raw_sh + stage * 2 * kTile * kRowBytes;
-            for (int b = tid; b < 2 * kTile * (D / 32); b += NW * 32) {
-                const int which = b / (kTile * (D / 32)), j = b % (kTile * (D / 32)), key = j / (D / 32);
-                const int qb = j % (D / 32);
-                q4_0_to_f16(raw + (which * kTile + key) * kRowBytes + qb * 18,
-                            kv_sh + (which * kTile + key) * kLd + qb * 32);
+    if constexpr (kMode == kProducers) {  // tile t0 converted before the loop, t0 + 1 on its way
+        if (producer && t0 < t1) {
+            issue(t0, 0);
+            if (t0 + 1 < t1) {
+                issue(t0 + 1, 1);
+                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+            } else {
+                cp_wait_all();
             }
-            __syncthreads();
+            producers_sync();
+            convert(0, 0);
+        }
+    } else {
+        if (t0 < t1) issue(t0, 0);
+    }
+    for (int t = t0; t < t1; ++t) {
+        const int i = t - t0, stage = kStages == 2 ? i & 1 : 0;
+        if constexpr (kMode == kProducers) {
+            __syncthreads();  // tile t converted (stage i & 1); every consumer done with tile t - 1 (the other stage)
+            if (producer) {
+                if (t + 1 < t1) {  // tile t + 1 into the other stage, while the consumers compute tile t
+                    // tile t's raw slot was converted before the barrier: it takes tile t + 2
+                    if (t + 2 < t1) {
+                        issue(t + 2, i & 1);
+                        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+                    } else {
+                        cp_wait_all();
+                    }
+                    producers_sync();
+                    convert((i + 1) & 1, (i + 1) & 1);
+                }
+                continue;
+            }
+        } else {
+            cp_wait_all();
+            __syncthreads();  // tile t's rows in; every warp done with the f16 tile before (and Q written)
+            if (t + 1 < t1) issue(t + 1, kMode == kF16 ? stage ^ 1 : (i + 1) & 1);
+            if constexpr (kMode == kSerial) {
+                convert(i & 1, 0);
+                __syncthreads();
+            }
         }
         if (!live) continue;
+        const unsigned k_tile = k_lane + stage * kStageBytes, v_tile = v_lane + stage * kStageBytes;
         // S = Q K^T: 16 rows x 64 keys (8 n-tiles), k-steps in dimension order
         float s[kTile / 8][4];
 #pragma unroll
@@ -269,19 +319,19 @@ __global__ void probe_merge(const float * part, float * dst, int n_q, int n_seg,
 
 struct Case {
     int n_q, n_kv, seg_tiles;  // queries, keys (a multiple of kTile), tiles a segment
-    bool f16;                  // the cache's type: F16, else Q4_0
+    int mode;                  // Mode: kF16 reads the F16 cache, the others the Q4_0 one
 };
 
 struct Run {
     float attn_us = 0, merge_us = 0;
 };
 
-template <int NW, bool kF16>
+template <int NW, int kMode>
 Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v, float * part, float * dst, int iters) {
     const int n_tiles = c.n_kv / kTile, seg_tiles = c.seg_tiles;
     const int n_seg = (n_tiles + seg_tiles - 1) / seg_tiles, n_grp = (c.n_q * G + NW * 16 - 1) / (NW * 16);
-    const size_t smem = smem_bytes(NW, kF16);
-    CHECK(cudaFuncSetAttribute(probe_attn<NW, kF16>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    const size_t smem = smem_bytes(NW, kMode);
+    CHECK(cudaFuncSetAttribute(probe_attn<NW, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     const float scale_log2 = 1.0f / std::sqrt(float(D)) * 1.4426950408889634f;
     cudaEvent_t e0, e1, e2;
     CHECK(cudaEventCreate(&e0));
@@ -290,8 +340,8 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
     Run r;
     for (int it = -2; it < iters; ++it) {  // two warm-up runs
         CHECK(cudaEventRecord(e0));
-        probe_attn<NW, kF16><<<n_seg * HKV * n_grp, NW * 32, smem>>>(q, k, v, part, c.n_q, n_grp, n_tiles, seg_tiles,
-                                                                      scale_log2);
+        probe_attn<NW, kMode><<<n_seg * HKV * n_grp, (NW + producer_warps(kMode)) * 32, smem>>>(
+            q, k, v, part, c.n_q, n_grp, n_tiles, seg_tiles, scale_log2);
         CHECK(cudaEventRecord(e1));
         probe_merge<<<dim3(c.n_q * G, HKV), D>>>(part, dst, c.n_q, n_seg, n_grp * NW * 16);
         CHECK(cudaEventRecord(e2));
@@ -309,13 +359,21 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
     return r;
 }
 
-// k, v: the Q4_0 cache, or the F16 one where c.f16
+template <int NW>
+Run launch_mode(const Case & c, const half * q, const uint8_t * k, const uint8_t * v, float * part, float * dst,
+                int iters) {
+    switch (c.mode) {
+        case kSerial: return launch<NW, kSerial>(c, q, k, v, part, dst, iters);
+        case kF16: return launch<NW, kF16>(c, q, k, v, part, dst, iters);
+        default: return launch<NW, kProducers>(c, q, k, v, part, dst, iters);
+    }
+}
+
+// k, v: the Q4_0 cache, or the F16 one where c.mode is kF16
 Run run_case(const Case & c, const half * q, const uint8_t * k, const uint8_t * v, float * part, float * dst,
              int iters) {
-    if (c.n_q * G <= 4 * 16) {  // an AR step: one m-tile
-        return c.f16 ? launch<4, true>(c, q, k, v, part, dst, iters) : launch<4, false>(c, q, k, v, part, dst, iters);
-    }
-    return c.f16 ? launch<5, true>(c, q, k, v, part, dst, iters) : launch<5, false>(c, q, k, v, part, dst, iters);
+    if (c.n_q * G <= 4 * 16) return launch_mode<4>(c, q, k, v, part, dst, iters);  // an AR step: one m-tile
+    return launch_mode<5>(c, q, k, v, part, dst, iters);
 }
 
 int main() {
@@ -368,65 +426,65 @@ int main() {
     CHECK(cudaMemcpy(kf, hkf.data(), hkf.size() * sizeof(half), cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(vf, hvf.data(), hvf.size() * sizeof(half), cudaMemcpyHostToDevice));
 
-    // the checks at 2K keys in 3 uneven segments: Q4_0 against double precision from the same f16 values; a one-query
-    // call against query 0 of a 23-query call, and the F16 cache against the Q4_0 one, bit for bit
+    // the checks at 2K keys (32 tiles) in 3 uneven segments (11, 11, 10 tiles): the serial Q4_0 block's 23 queries
+    // against double precision from the same f16 values; then, bit for bit against it: a one-query call (query 0), the
+    // F16 cache, the producer warps (23 queries and one); and the producer warps against the serial block at
+    // one-tile segments
     bool ok = true;
     constexpr int kCheckKv = 2048;
-    auto bits_differ = [](const std::vector<float> & x, const std::vector<float> & y, size_t n) {
-        int differ = 0;
-        for (size_t i = 0; i < n; ++i) differ += std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
-        return differ;
-    };
-    std::vector<float> tree;  // the 23-query call's output over Q4_0
-    for (const Case & c : {Case{23, kCheckKv, 11, false}, Case{1, kCheckKv, 11, false}, Case{23, kCheckKv, 11, true}}) {
-        run_case(c, q, c.f16 ? kf : k, c.f16 ? vf : v, part, dst, 1);  // 32 tiles: segments of 11, 11, 10
+    auto run_get = [&](const Case & c) {
+        run_case(c, q, c.mode == kF16 ? kf : k, c.mode == kF16 ? vf : v, part, dst, 1);
         std::vector<float> got(size_t(c.n_q) * H * D);
         CHECK(cudaMemcpy(got.data(), dst, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
-        if (c.n_q == 1 || c.f16) {
-            const int differ = bits_differ(got, tree, got.size());
-            std::printf("%s  %s: %d of %zu values differ\n", differ ? "BAD " : "ok  ",
-                        c.f16 ? "F16 cache == Q4_0 cache, 23 queries" : "one query == query 0 of 23", differ,
-                        got.size());
-            ok &= differ == 0;
-            continue;
-        }
-        tree = got;
-        double worst = 0.0;
-        for (int qi = 0; qi < c.n_q; ++qi) {
-            for (int h = 0; h < H; ++h) {
-                const int kvh = h / G;
-                const half * qr = hq.data() + (size_t(qi) * H + h) * D;
-                std::vector<double> sc(c.n_kv);
-                double mx = -1e300;
-                for (int t = 0; t < c.n_kv; ++t) {
-                    const half * kr = hkf.data() + (size_t(t) * HKV + kvh) * D;
-                    double s = 0.0;
-                    for (int d = 0; d < D; ++d) s += double(__half2float(qr[d])) * double(__half2float(kr[d]));
-                    sc[t] = s / std::sqrt(double(D));
-                    mx = std::max(mx, sc[t]);
+        return got;
+    };
+    auto same_bits = [&](const char * what, const std::vector<float> & x, const std::vector<float> & y) {
+        int differ = 0;  // over x's values (a one-query call: query 0's of y)
+        for (size_t i = 0; i < x.size(); ++i) differ += std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
+        std::printf("%s  %s: %d of %zu values differ\n", differ ? "BAD " : "ok  ", what, differ, x.size());
+        ok &= differ == 0;
+    };
+    const std::vector<float> tree = run_get({23, kCheckKv, 11, kSerial});
+    double worst = 0.0;
+    for (int qi = 0; qi < 23; ++qi) {
+        for (int h = 0; h < H; ++h) {
+            const int kvh = h / G;
+            const half * qr = hq.data() + (size_t(qi) * H + h) * D;
+            std::vector<double> sc(kCheckKv);
+            double mx = -1e300;
+            for (int t = 0; t < kCheckKv; ++t) {
+                const half * kr = hkf.data() + (size_t(t) * HKV + kvh) * D;
+                double s = 0.0;
+                for (int d = 0; d < D; ++d) s += double(__half2float(qr[d])) * double(__half2float(kr[d]));
+                sc[t] = s / std::sqrt(double(D));
+                mx = std::max(mx, sc[t]);
+            }
+            double L = 0.0;
+            for (auto & x : sc) L += (x = std::exp(x - mx));
+            for (int d = 0; d < D; ++d) {
+                double O = 0.0;
+                for (int t = 0; t < kCheckKv; ++t) {
+                    O += sc[t] * double(__half2float(hvf[(size_t(t) * HKV + kvh) * D + d]));
                 }
-                double L = 0.0;
-                for (auto & x : sc) L += (x = std::exp(x - mx));
-                for (int d = 0; d < D; ++d) {
-                    double O = 0.0;
-                    for (int t = 0; t < c.n_kv; ++t) {
-                        O += sc[t] * double(__half2float(hvf[(size_t(t) * HKV + kvh) * D + d]));
-                    }
-                    worst = std::max(worst, std::fabs(O / L - double(got[(size_t(qi) * H + h) * D + d])));
-                }
+                worst = std::max(worst, std::fabs(O / L - double(tree[(size_t(qi) * H + h) * D + d])));
             }
         }
-        const bool good = worst < 2e-3;
-        ok &= good;
-        std::printf("%s  23 queries over Q4_0, %d keys: max abs error vs double %.3g\n", good ? "ok  " : "BAD ", c.n_kv,
-                    worst);
     }
+    ok &= worst < 2e-3;
+    std::printf("%s  23 queries over Q4_0, %d keys: max abs error vs double %.3g\n", worst < 2e-3 ? "ok  " : "BAD ",
+                kCheckKv, worst);
+    same_bits("one query == query 0 of 23", run_get({1, kCheckKv, 11, kSerial}), tree);
+    same_bits("F16 cache == Q4_0 cache, 23 queries", run_get({23, kCheckKv, 11, kF16}), tree);
+    same_bits("producer warps == serial, 23 queries", run_get({23, kCheckKv, 11, kProducers}), tree);
+    same_bits("producer warps, one query == query 0 of 23", run_get({1, kCheckKv, 11, kProducers}), tree);
+    same_bits("producer warps == serial, one-tile segments", run_get({23, kCheckKv, 1, kProducers}),
+              run_get({23, kCheckKv, 1, kSerial}));
 
     int dev = 0, n_sm = 0;
     CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-    std::printf("\n| cache | queries | keys | segments | blocks | attention us | merge us | total us |\n"
+    std::printf("\n| cache, block | queries | keys | segments | blocks | attention us | merge us | total us |\n"
                 "|---|---|---|---|---|---|---|---|\n");
-    for (bool f16 : {false, true}) {
+    for (int mode : {kSerial, kProducers, kF16}) {
         for (int n_kv : {4096, 32768, 131072}) {
             for (int n_q : {1, 23}) {
                 // one wave of blocks (one a multiprocessor), and two
@@ -435,9 +493,11 @@ int main() {
                     const int n_tiles = n_kv / kTile;
                     const int want = std::min({std::max(1, waves * n_sm / (HKV * n_grp)), kMaxSeg, n_tiles});
                     const int seg_tiles = (n_tiles + want - 1) / want, n_seg = (n_tiles + seg_tiles - 1) / seg_tiles;
-                    const Run r = run_case({n_q, n_kv, seg_tiles, f16}, q, f16 ? kf : k, f16 ? vf : v, part, dst, 20);
-                    std::printf("| %s | %d | %d | %d | %d | %.1f | %.1f | %.1f |\n", f16 ? "f16" : "q4_0", n_q, n_kv,
-                                n_seg, n_seg * HKV * n_grp, r.attn_us, r.merge_us, r.attn_us + r.merge_us);
+                    const bool f16 = mode == kF16;
+                    const Run r = run_case({n_q, n_kv, seg_tiles, mode}, q, f16 ? kf : k, f16 ? vf : v, part, dst, 20);
+                    const char * name = f16 ? "f16" : mode == kSerial ? "q4_0 serial" : "q4_0 producers";
+                    std::printf("| %s | %d | %d | %d | %d | %.1f | %.1f | %.1f |\n", name, n_q, n_kv, n_seg,
+                                n_seg * HKV * n_grp, r.attn_us, r.merge_us, r.attn_us + r.merge_us);
                 }
             }
         }

@@ -15,8 +15,8 @@
 // Three ways to fill the f16 tiles (Mode): Q4_0 converted by every warp between two barriers, Q4_0 converted by two
 // producer warps a tile ahead (FlashAttention-3's split, on mma.sync), and an F16 cache of the same values copied
 // straight (what the conversion costs; ggml's own F16 kernel takes ~400 us for the tree at 128K, attn_check). Checks
-// against a CPU reference (double) and bit for bit across modes and query counts at 2K keys, then times 1 and 23
-// queries at 4K / 32K / 128K keys.
+// against a CPU reference (double) and bit for bit across modes, query counts and block sizes at 2K keys, then times 1
+// and 23 queries at 4K / 32K / 128K keys (the tree also in 3 blocks of 3 m-tiles: what sharing the conversion gains).
 // A tree block takes 147-214 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a real
 // kernel would take 32-key tiles there).
 //   nvcc -O3 -std=c++17 -arch=sm_90 benchmarks/kernels/tree_attn_probe.cu -o tree_attn_probe   (builds for sm_80 up)
@@ -320,7 +320,10 @@ __global__ void probe_merge(const float * part, float * dst, int n_q, int n_seg,
 struct Case {
     int n_q, n_kv, seg_tiles;  // queries, keys (a multiple of kTile), tiles a segment
     int mode;                  // Mode: kF16 reads the F16 cache, the others the Q4_0 one
+    int nw = 0;                // m-tiles (consumer warps) a block: 3, or 0 for 4 (one query) / 5 (a tree)
 };
+
+int block_mtiles(const Case & c) { return c.nw ? c.nw : c.n_q * G <= 4 * 16 ? 4 : 5; }
 
 struct Run {
     float attn_us = 0, merge_us = 0;
@@ -372,8 +375,11 @@ Run launch_mode(const Case & c, const half * q, const uint8_t * k, const uint8_t
 // k, v: the Q4_0 cache, or the F16 one where c.mode is kF16
 Run run_case(const Case & c, const half * q, const uint8_t * k, const uint8_t * v, float * part, float * dst,
              int iters) {
-    if (c.n_q * G <= 4 * 16) return launch_mode<4>(c, q, k, v, part, dst, iters);  // an AR step: one m-tile
-    return launch_mode<5>(c, q, k, v, part, dst, iters);
+    switch (block_mtiles(c)) {
+        case 3: return launch_mode<3>(c, q, k, v, part, dst, iters);  // a tree in 3 blocks, as the invariant kernel
+        case 4: return launch_mode<4>(c, q, k, v, part, dst, iters);  // an AR step: one m-tile
+        default: return launch_mode<5>(c, q, k, v, part, dst, iters);
+    }
 }
 
 int main() {
@@ -418,7 +424,7 @@ int main() {
     CHECK(cudaMalloc(&v, hv.size()));
     CHECK(cudaMalloc(&kf, hkf.size() * sizeof(half)));
     CHECK(cudaMalloc(&vf, hvf.size() * sizeof(half)));
-    CHECK(cudaMalloc(&part, size_t(kMaxSeg) * HKV * 10 * 16 * (D + 2) * sizeof(float)));  // 2 groups of 5 m-tiles
+    CHECK(cudaMalloc(&part, size_t(kMaxSeg) * HKV * 10 * 16 * (D + 2) * sizeof(float)));  // up to 10 m-tiles a KV head
     CHECK(cudaMalloc(&dst, size_t(kMaxQ) * H * D * sizeof(float)));
     CHECK(cudaMemcpy(q, hq.data(), hq.size() * sizeof(half), cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(k, hk.data(), hk.size(), cudaMemcpyHostToDevice));
@@ -477,27 +483,34 @@ int main() {
     same_bits("F16 cache == Q4_0 cache, 23 queries", run_get({23, kCheckKv, 11, kF16}), tree);
     same_bits("producer warps == serial, 23 queries", run_get({23, kCheckKv, 11, kProducers}), tree);
     same_bits("producer warps, one query == query 0 of 23", run_get({1, kCheckKv, 11, kProducers}), tree);
+    same_bits("producer warps, 3 m-tiles a block == serial", run_get({23, kCheckKv, 11, kProducers, 3}), tree);
     same_bits("producer warps == serial, one-tile segments", run_get({23, kCheckKv, 1, kProducers}),
               run_get({23, kCheckKv, 1, kSerial}));
 
     int dev = 0, n_sm = 0;
     CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-    std::printf("\n| cache, block | queries | keys | segments | blocks | attention us | merge us | total us |\n"
-                "|---|---|---|---|---|---|---|---|\n");
+    std::printf("\n| cache, block | queries | m-tiles a block | keys | segments | blocks | attention us | merge us | "
+                "total us |\n|---|---|---|---|---|---|---|---|---|\n");
     for (int mode : {kSerial, kProducers, kF16}) {
         for (int n_kv : {4096, 32768, 131072}) {
             for (int n_q : {1, 23}) {
-                // one wave of blocks (one a multiprocessor), and two
-                for (int waves : {1, 2}) {
-                    const int n_grp = n_q * G <= 4 * 16 ? 1 : (n_q * G + 5 * 16 - 1) / (5 * 16);  // as run_case picks
-                    const int n_tiles = n_kv / kTile;
-                    const int want = std::min({std::max(1, waves * n_sm / (HKV * n_grp)), kMaxSeg, n_tiles});
-                    const int seg_tiles = (n_tiles + want - 1) / want, n_seg = (n_tiles + seg_tiles - 1) / seg_tiles;
-                    const bool f16 = mode == kF16;
-                    const Run r = run_case({n_q, n_kv, seg_tiles, mode}, q, f16 ? kf : k, f16 ? vf : v, part, dst, 20);
-                    const char * name = f16 ? "f16" : mode == kSerial ? "q4_0 serial" : "q4_0 producers";
-                    std::printf("| %s | %d | %d | %d | %d | %.1f | %.1f | %.1f |\n", name, n_q, n_kv, n_seg,
-                                n_seg * HKV * n_grp, r.attn_us, r.merge_us, r.attn_us + r.merge_us);
+                // a tree also in 3 blocks of 3 m-tiles (the invariant kernel's split), with the producer warps
+                for (int nw : {0, 3}) {
+                    if (nw == 3 && (n_q == 1 || mode != kProducers)) continue;
+                    // one wave of blocks (one a multiprocessor), and two
+                    for (int waves : {1, 2}) {
+                        Case c{n_q, n_kv, 0, mode, nw};
+                        const int mt = block_mtiles(c), n_grp = (n_q * G + mt * 16 - 1) / (mt * 16);
+                        const int n_tiles = n_kv / kTile;
+                        const int want = std::min({std::max(1, waves * n_sm / (HKV * n_grp)), kMaxSeg, n_tiles});
+                        c.seg_tiles = (n_tiles + want - 1) / want;
+                        const int n_seg = (n_tiles + c.seg_tiles - 1) / c.seg_tiles;
+                        const bool f16 = mode == kF16;
+                        const Run r = run_case(c, q, f16 ? kf : k, f16 ? vf : v, part, dst, 20);
+                        const char * name = f16 ? "f16" : mode == kSerial ? "q4_0 serial" : "q4_0 producers";
+                        std::printf("| %s | %d | %d | %d | %d | %d | %.1f | %.1f | %.1f |\n", name, n_q, mt, n_kv,
+                                    n_seg, n_seg * HKV * n_grp, r.attn_us, r.merge_us, r.attn_us + r.merge_us);
+                    }
                 }
             }
         }

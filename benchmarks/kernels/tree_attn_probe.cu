@@ -7,7 +7,7 @@
 //     most 2 on a scheduler, so 255 registers a thread; 9 warps would cap them at 168 and spill);
 //   - each warp owns whole rows: S, the online softmax (FlashAttention-2's rescale per 64-key tile) and P stay in
 //     registers (S's accumulators are P V's A fragments), O (16 rows x 256 dims) too; no row reduction through shared
-//     memory, no running values through L2, two barriers a tile;
+//     memory, no running values through L2, one or two barriers a tile;
 //   - a wave or two of blocks (one a multiprocessor) over segments of the keys, merged in segment order by a second
 //     kernel.
 // A row's arithmetic here depends only on its own keys and the segment length, so with the length fixed a one-query

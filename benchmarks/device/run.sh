@@ -204,7 +204,6 @@ stage_patchab() {
 # patch applied, liblucebox rebuilt (libab_b.json, or libab_b1.json, ...); liblucebox is rebuilt from the tree after.
 stage_libab() {
     [ -n "${LUCEBOX_LIBAB_PATCH:-}" ] || { echo "libab: set LUCEBOX_LIBAB_PATCH to one or more patch files"; return 1; }
-    [ -f "$BUILD/liblucebox.so" ] || { echo "libab: run the build stage first"; return 1; }
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
     synth_ready || return 1
     local args=(${LUCEBOX_LIBAB_ARGS:---ctx 4096,131072 --kv q4_0 --n-gen 32 --steps 6}) rc=0
@@ -364,12 +363,17 @@ stage_stock() {
 }
 
 setup_python
-# the machine is offline: a carried vendor/src older than vendor/patches would build old sources (and the
-# tests' own materialize call would fail), so stop before spending the lease
-python3 vendor/materialize.py --check || exit 2
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 
 stages=("$@")
 [ ${#stages[@]} -eq 0 ] && stages=(all)
+# the machine is offline: a carried vendor/src older than vendor/patches would build old sources (and the
+# tests' own materialize call would fail), so stop before spending the lease; the standalone kernels need none
+for s in "${stages[@]}"; do
+    case "$s" in
+        wgmma|probe) ;;
+        *) python3 vendor/materialize.py --check || exit 2; break ;;
+    esac
+done
 rc=0
 for s in "${stages[@]}"; do
     case "$s" in
@@ -388,7 +392,13 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|stock|patchab|libab|wgmma|probe) "stage_$s" || rc=1 ;;
+        build|kernels|stock|wgmma|probe) "stage_$s" || rc=1 ;;
+        mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|patchab|libab)
+            if [ -f "$BUILD/liblucebox.so" ]; then "stage_$s" || rc=1; else
+                # a machine that went back between calls comes fresh, without the last call's build
+                echo "run.sh: stage $s needs a build and $BUILD has none: put the build stage first in this call"
+                rc=1
+            fi ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background
         *) echo "unknown stage $s"; exit 2 ;;
     esac

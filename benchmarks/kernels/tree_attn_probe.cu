@@ -1,24 +1,25 @@
 // tree_attn_probe: how fast can a verify tree's attention over a deep Q4_0 cache run with the block structure the
 // invariant attention lacks? A probe for issue 19's last goal (verify at 128K within 1.25x of its 4K time needs the
-// 23-node tree call at ~290 us on an H100; the invariant kernel takes ~707 us, attn_check): not a ggml op and not
+// 23-node tree call at ~290 us on an H100; the invariant kernel takes ~705 us, attn_check): not a ggml op and not
 // batch-invariant as it stands, only the shape of a candidate:
-//   - a block per (KV head, segment of keys, group of 5 m-tiles): a tree's 138 rows (23 queries x 6 heads, 9 m-tiles
-//     of 16, a warp each) take 2 blocks, so each K / V tile is copied and converted twice, not 3 times (5 warps: at
-//     most 2 on a scheduler, so 255 registers a thread; 9 warps would cap them at 168 and spill);
-//   - each warp owns whole rows: S, the online softmax (FlashAttention-2's rescale per 64-key tile) and P stay in
+//   - a block per (KV head, segment of keys, group of m-tiles): a tree's 138 rows (23 queries x 6 heads, 9 m-tiles
+//     of 16, a warp each) take 2 blocks of 5, so each K / V tile is copied and converted twice, not 3 times (5 warps:
+//     at most 2 on a scheduler, so 255 registers a thread; 9 warps would cap them at 168 and spill);
+//   - each warp owns whole rows: S, the online softmax (FlashAttention-2's rescale per tile of keys) and P stay in
 //     registers (S's accumulators are P V's A fragments), O (16 rows x 256 dims) too; no row reduction through shared
 //     memory, no running values through L2, one or two barriers a tile;
-//   - a wave or two of blocks (one a multiprocessor) over segments of the keys, merged in segment order by a second
-//     kernel.
-// A row's arithmetic here depends only on its own keys and the segment length, so with the length fixed a one-query
-// call (4 warps, one live) gives a tree row's bits (the property a rewrite of the invariant attention needs: checked).
-// Three ways to fill the f16 tiles (Mode): Q4_0 converted by every warp between two barriers, Q4_0 converted by two
-// producer warps a tile ahead (FlashAttention-3's split, on mma.sync), and an F16 cache of the same values copied
-// straight (what the conversion costs; ggml's own F16 kernel takes ~400 us for the tree at 128K, attn_check). Checks
-// against a CPU reference (double) and bit for bit across modes, query counts and block sizes at 2K keys, then times 1
-// and 23 queries at 4K / 32K / 128K keys (the tree also in 3 blocks of 3 m-tiles: what sharing the conversion gains).
-// A tree block takes 147-214 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a real
-// kernel would take 32-key tiles there).
+//   - a wave or two of blocks over segments of the keys, merged in segment order by a second kernel.
+// A row's arithmetic here depends only on its own keys, the tile length and the segment length, so with those fixed a
+// one-query call gives a tree row's bits (the property a rewrite of the invariant attention needs: checked). Three
+// ways to fill the f16 tiles (Mode): Q4_0 converted by every warp between two barriers, Q4_0 converted by two producer
+// warps a tile ahead (FlashAttention-3's split, on mma.sync), and an F16 cache of the same values copied straight
+// (what the conversion costs; ggml's own F16 kernel takes ~400 us for the tree at 128K, attn_check). The shapes
+// (kShapes): 64-key tiles, one block a multiprocessor, the tree in 2 blocks of 5 m-tiles or 3 of 3, one query in a
+// block of 4 warps (3 idle in the math) or of 1; and 32-key tiles, where 2 tree blocks (registers capped) or 3
+// one-query blocks fit a multiprocessor. Checks each tile length against a CPU reference (double) and every shape bit
+// for bit against the others at 2K keys, then times each shape at 4K / 32K / 128K keys (23 queries, or one).
+// A 64-key tree block takes 147-214 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a
+// real kernel would take 32-key tiles there).
 //   nvcc -O3 -std=c++17 -arch=sm_90 benchmarks/kernels/tree_attn_probe.cu -o tree_attn_probe   (builds for sm_80 up)
 //   (`run.sh probe` runs it.)
 #include <cuda_fp16.h>
@@ -42,7 +43,6 @@
     } while (0)
 
 constexpr int D = 256, G = 6, HKV = 4, H = HKV * G;  // the 27B's attention layers
-constexpr int kTile = 64;                            // keys a tile
 constexpr int kRowBytes = D / 32 * 18;               // a Q4_0 row of one head: 8 blocks of (f16 d, 16 bytes)
 constexpr int kLd = D + 8;                           // halves per f16 row in shared memory (ldmatrix: no conflicts)
 
@@ -110,11 +110,12 @@ __device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, half * dst) {
 // barrier a tile, the conversion off the consumers' path).
 enum Mode { kSerial, kF16, kProducers };
 constexpr int kProducerWarps = 2;
+const char * mode_name(int mode) { return mode == kF16 ? "f16" : mode == kSerial ? "q4_0 serial" : "q4_0 producers"; }
 __host__ __device__ constexpr int producer_warps(int mode) { return mode == kProducers ? kProducerWarps : 0; }
 
-size_t smem_bytes(int nw, int mode) {
-    const size_t q = size_t(nw) * 16 * kLd * 2, tile = 2 * size_t(kTile) * kLd * 2;  // Q; a K and a V f16 tile
-    const size_t raw = 2 * 2 * size_t(kTile) * kRowBytes;                            // 2 slots of K and V rows
+size_t smem_bytes(int nw, int mode, int kt) {
+    const size_t q = size_t(nw) * 16 * kLd * 2, tile = 2 * size_t(kt) * kLd * 2;  // Q; a K and a V f16 tile
+    const size_t raw = 2 * 2 * size_t(kt) * kRowBytes;                            // 2 slots of K and V rows
     return mode == kF16 ? q + 2 * tile : mode == kProducers ? q + 2 * tile + raw : q + tile + raw;
 }
 
@@ -122,8 +123,8 @@ size_t smem_bytes(int nw, int mode) {
 // w) .. of the head's n_q * G (row r: query r / G, head kvh * G + r % G). q: f16 [n_q][H][D]; k, v: [n_kv][HKV][row]
 // (Q4_0 rows of kRowBytes, or F16 rows: kF16); part: [seg][HKV][n_grp * NW * 16][D + 2] (O unnormalized, then the
 // row's max m in log2 units and its sum l).
-template <int NW, int kMode>
-__global__ void __launch_bounds__((NW + producer_warps(kMode)) * 32, 1)
+template <int NW, int kMode, int kTile, int kMinBlocks>
+__global__ void __launch_bounds__((NW + producer_warps(kMode)) * 32, kMinBlocks)
 probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
            int seg_tiles, float scale_log2) {
     constexpr int kThreads = (NW + producer_warps(kMode)) * 32, kStages = kMode == kSerial ? 1 : 2;
@@ -330,34 +331,43 @@ __global__ void probe_merge(const float * part, float * dst, int n_q, int n_seg,
     dst[(size_t(row / G) * H + kvh * G + row % G) * D + d] = O / L;
 }
 
-struct Case {
-    int n_q, n_kv, seg_tiles;  // queries, keys (a multiple of kTile), tiles a segment
-    int mode;                  // Mode: kF16 reads the F16 cache, the others the Q4_0 one
-    int nw = 0;                // m-tiles (consumer warps) a block: 3, or 0 for 4 (one query) / 5 (a tree)
+// A block shape: consumer warps (m-tiles), how the tiles are filled, keys a tile, and the blocks a multiprocessor the
+// registers are capped for (__launch_bounds__; shared memory may allow fewer: the table prints what runs)
+struct Config {
+    int nw, mode, kt, minb;
 };
 
-int block_mtiles(const Case & c) { return c.nw ? c.nw : c.n_q * G <= 4 * 16 ? 4 : 5; }
+struct Case {
+    int n_q, n_kv, seg_tiles;  // queries, keys (a multiple of the tile), tiles a segment
+    Config cfg;                // kF16 reads the F16 cache, the other modes the Q4_0 one
+};
 
 struct Run {
     float attn_us = 0, merge_us = 0;
+    int regs = 0, local_bytes = 0, blocks_per_sm = 0;
 };
 
-template <int NW, int kMode>
+template <int NW, int kMode, int KT, int MINB>
 Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v, float * part, float * dst, int iters) {
-    const int n_tiles = c.n_kv / kTile, seg_tiles = c.seg_tiles;
+    auto * kernel = probe_attn<NW, kMode, KT, MINB>;
+    const int n_tiles = c.n_kv / KT, seg_tiles = c.seg_tiles, threads = (NW + producer_warps(kMode)) * 32;
     const int n_seg = (n_tiles + seg_tiles - 1) / seg_tiles, n_grp = (c.n_q * G + NW * 16 - 1) / (NW * 16);
-    const size_t smem = smem_bytes(NW, kMode);
-    CHECK(cudaFuncSetAttribute(probe_attn<NW, kMode>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    const size_t smem = smem_bytes(NW, kMode, KT);
+    CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+    Run r;
+    cudaFuncAttributes fa;
+    CHECK(cudaFuncGetAttributes(&fa, kernel));
+    r.regs = fa.numRegs;
+    r.local_bytes = int(fa.localSizeBytes);
+    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.blocks_per_sm, kernel, threads, smem));
     const float scale_log2 = 1.0f / std::sqrt(float(D)) * 1.4426950408889634f;
     cudaEvent_t e0, e1, e2;
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
     CHECK(cudaEventCreate(&e2));
-    Run r;
     for (int it = -2; it < iters; ++it) {  // two warm-up runs
         CHECK(cudaEventRecord(e0));
-        probe_attn<NW, kMode><<<n_seg * HKV * n_grp, (NW + producer_warps(kMode)) * 32, smem>>>(
-            q, k, v, part, c.n_q, n_grp, n_tiles, seg_tiles, scale_log2);
+        kernel<<<n_seg * HKV * n_grp, threads, smem>>>(q, k, v, part, c.n_q, n_grp, n_tiles, seg_tiles, scale_log2);
         CHECK(cudaEventRecord(e1));
         probe_merge<<<dim3(c.n_q * G, HKV), D>>>(part, dst, c.n_q, n_seg, n_grp * NW * 16);
         CHECK(cudaEventRecord(e2));
@@ -375,24 +385,35 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
     return r;
 }
 
-template <int NW>
-Run launch_mode(const Case & c, const half * q, const uint8_t * k, const uint8_t * v, float * part, float * dst,
-                int iters) {
-    switch (c.mode) {
-        case kSerial: return launch<NW, kSerial>(c, q, k, v, part, dst, iters);
-        case kF16: return launch<NW, kF16>(c, q, k, v, part, dst, iters);
-        default: return launch<NW, kProducers>(c, q, k, v, part, dst, iters);
-    }
-}
+using LaunchFn = Run (*)(const Case &, const half *, const uint8_t *, const uint8_t *, float *, float *, int);
+struct Shape {
+    Config cfg;
+    LaunchFn fn;
+};
+#define SHAPE(nw, mode, kt, minb) {{nw, mode, kt, minb}, launch<nw, mode, kt, minb>}
+// the shapes compiled: a tree's 9 m-tiles in 2 blocks of 5 (or 3 of 3, as the invariant kernel splits them); one
+// query's m-tile in a block of 4 warps (3 idle in the math, copying with it) or of 1; 64-key tiles, and 32-key ones
+// where two or three blocks fit a multiprocessor's shared memory
+const Shape kShapes[] = {
+    SHAPE(5, kSerial, 64, 1), SHAPE(5, kProducers, 64, 1), SHAPE(5, kF16, 64, 1), SHAPE(3, kProducers, 64, 1),
+    SHAPE(5, kSerial, 32, 2), SHAPE(5, kProducers, 32, 1), SHAPE(5, kF16, 32, 2),
+    SHAPE(4, kSerial, 64, 1), SHAPE(4, kProducers, 64, 1), SHAPE(4, kF16, 64, 1),
+    SHAPE(1, kSerial, 64, 2), SHAPE(1, kProducers, 64, 1), SHAPE(1, kF16, 64, 1),
+    SHAPE(1, kSerial, 32, 3), SHAPE(1, kProducers, 32, 2), SHAPE(1, kF16, 32, 3),
+};
+#undef SHAPE
 
-// k, v: the Q4_0 cache, or the F16 one where c.mode is kF16
+// k, v: the Q4_0 cache, or the F16 one where the mode is kF16
 Run run_case(const Case & c, const half * q, const uint8_t * k, const uint8_t * v, float * part, float * dst,
              int iters) {
-    switch (block_mtiles(c)) {
-        case 3: return launch_mode<3>(c, q, k, v, part, dst, iters);  // a tree in 3 blocks, as the invariant kernel
-        case 4: return launch_mode<4>(c, q, k, v, part, dst, iters);  // an AR step: one m-tile
-        default: return launch_mode<5>(c, q, k, v, part, dst, iters);
+    for (const Shape & s : kShapes) {
+        if (s.cfg.nw == c.cfg.nw && s.cfg.mode == c.cfg.mode && s.cfg.kt == c.cfg.kt && s.cfg.minb == c.cfg.minb) {
+            return s.fn(c, q, k, v, part, dst, iters);
+        }
     }
+    std::fprintf(stderr, "tree_attn_probe: no shape nw %d mode %d kt %d minb %d compiled\n", c.cfg.nw, c.cfg.mode,
+                 c.cfg.kt, c.cfg.minb);
+    std::exit(2);
 }
 
 int main() {
@@ -445,86 +466,89 @@ int main() {
     CHECK(cudaMemcpy(kf, hkf.data(), hkf.size() * sizeof(half), cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(vf, hvf.data(), hvf.size() * sizeof(half), cudaMemcpyHostToDevice));
 
-    // the checks at 2K keys (32 tiles) in 3 uneven segments (11, 11, 10 tiles): the serial Q4_0 block's 23 queries
-    // against double precision from the same f16 values; then, bit for bit against it: a one-query call (query 0), the
-    // F16 cache, the producer warps (23 queries and one); and the producer warps against the serial block at
-    // one-tile segments
+    // the checks at 2K keys in 3 uneven segments (704, 704 and 640 keys), for each tile length: the serial Q4_0 tree
+    // block's 23 queries against double precision from the same f16 values; then, bit for bit against it, every other
+    // shape of that tile length: one query (query 0), the F16 cache, the producer warps; and at one-tile segments
     bool ok = true;
     constexpr int kCheckKv = 2048;
     auto run_get = [&](const Case & c) {
-        run_case(c, q, c.mode == kF16 ? kf : k, c.mode == kF16 ? vf : v, part, dst, 1);
+        const bool f16 = c.cfg.mode == kF16;
+        run_case(c, q, f16 ? kf : k, f16 ? vf : v, part, dst, 1);
         std::vector<float> got(size_t(c.n_q) * H * D);
         CHECK(cudaMemcpy(got.data(), dst, got.size() * sizeof(float), cudaMemcpyDeviceToHost));
         return got;
     };
-    auto same_bits = [&](const char * what, const std::vector<float> & x, const std::vector<float> & y) {
+    auto same_bits = [&](const Config & g, const char * what, const std::vector<float> & x,
+                         const std::vector<float> & y) {
         int differ = 0;  // over x's values (a one-query call: query 0's of y)
         for (size_t i = 0; i < x.size(); ++i) differ += std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
-        std::printf("%s  %s: %d of %zu values differ\n", differ ? "BAD " : "ok  ", what, differ, x.size());
+        std::printf("%s  %d-key tiles, %d m-tiles, %s, %d blocks/SM: %s: %d of %zu values differ\n",
+                    differ ? "BAD " : "ok  ", g.kt, g.nw, mode_name(g.mode), g.minb, what, differ, x.size());
         ok &= differ == 0;
     };
-    const std::vector<float> tree = run_get({23, kCheckKv, 11, kSerial});
-    double worst = 0.0;
-    for (int qi = 0; qi < 23; ++qi) {
-        for (int h = 0; h < H; ++h) {
-            const int kvh = h / G;
-            const half * qr = hq.data() + (size_t(qi) * H + h) * D;
-            std::vector<double> sc(kCheckKv);
-            double mx = -1e300;
-            for (int t = 0; t < kCheckKv; ++t) {
-                const half * kr = hkf.data() + (size_t(t) * HKV + kvh) * D;
-                double s = 0.0;
-                for (int d = 0; d < D; ++d) s += double(__half2float(qr[d])) * double(__half2float(kr[d]));
-                sc[t] = s / std::sqrt(double(D));
-                mx = std::max(mx, sc[t]);
-            }
-            double L = 0.0;
-            for (auto & x : sc) L += (x = std::exp(x - mx));
-            for (int d = 0; d < D; ++d) {
-                double O = 0.0;
+    for (int kt : {64, 32}) {
+        const int seg = 704 / kt;
+        const Config ref = kt == 64 ? Config{5, kSerial, 64, 1} : Config{5, kSerial, 32, 2};
+        const std::vector<float> tree = run_get({23, kCheckKv, seg, ref});
+        double worst = 0.0;
+        for (int qi = 0; qi < 23; ++qi) {
+            for (int h = 0; h < H; ++h) {
+                const int kvh = h / G;
+                const half * qr = hq.data() + (size_t(qi) * H + h) * D;
+                std::vector<double> sc(kCheckKv);
+                double mx = -1e300;
                 for (int t = 0; t < kCheckKv; ++t) {
-                    O += sc[t] * double(__half2float(hvf[(size_t(t) * HKV + kvh) * D + d]));
+                    const half * kr = hkf.data() + (size_t(t) * HKV + kvh) * D;
+                    double s = 0.0;
+                    for (int d = 0; d < D; ++d) s += double(__half2float(qr[d])) * double(__half2float(kr[d]));
+                    sc[t] = s / std::sqrt(double(D));
+                    mx = std::max(mx, sc[t]);
                 }
-                worst = std::max(worst, std::fabs(O / L - double(tree[(size_t(qi) * H + h) * D + d])));
+                double L = 0.0;
+                for (auto & x : sc) L += (x = std::exp(x - mx));
+                for (int d = 0; d < D; ++d) {
+                    double O = 0.0;
+                    for (int t = 0; t < kCheckKv; ++t) {
+                        O += sc[t] * double(__half2float(hvf[(size_t(t) * HKV + kvh) * D + d]));
+                    }
+                    worst = std::max(worst, std::fabs(O / L - double(tree[(size_t(qi) * H + h) * D + d])));
+                }
             }
         }
+        ok &= worst < 2e-3;
+        std::printf("%s  %d-key tiles: 23 queries over Q4_0, %d keys: max abs error vs double %.3g\n",
+                    worst < 2e-3 ? "ok  " : "BAD ", kt, kCheckKv, worst);
+        for (const Shape & s : kShapes) {
+            const Config & g = s.cfg;
+            if (g.kt != kt || (g.nw == ref.nw && g.mode == ref.mode && g.minb == ref.minb)) continue;
+            const int n_q = g.nw >= 3 ? 23 : 1;
+            same_bits(g, n_q == 1 ? "one query == query 0 of the tree" : "23 queries == the serial tree",
+                      run_get({n_q, kCheckKv, seg, g}), tree);
+        }
+        same_bits({5, kProducers, kt, 1}, "one-tile segments == the serial tree's",
+                  run_get({23, kCheckKv, 1, {5, kProducers, kt, 1}}), run_get({23, kCheckKv, 1, ref}));
     }
-    ok &= worst < 2e-3;
-    std::printf("%s  23 queries over Q4_0, %d keys: max abs error vs double %.3g\n", worst < 2e-3 ? "ok  " : "BAD ",
-                kCheckKv, worst);
-    same_bits("one query == query 0 of 23", run_get({1, kCheckKv, 11, kSerial}), tree);
-    same_bits("F16 cache == Q4_0 cache, 23 queries", run_get({23, kCheckKv, 11, kF16}), tree);
-    same_bits("producer warps == serial, 23 queries", run_get({23, kCheckKv, 11, kProducers}), tree);
-    same_bits("producer warps, one query == query 0 of 23", run_get({1, kCheckKv, 11, kProducers}), tree);
-    same_bits("producer warps, 3 m-tiles a block == serial", run_get({23, kCheckKv, 11, kProducers, 3}), tree);
-    same_bits("producer warps == serial, one-tile segments", run_get({23, kCheckKv, 1, kProducers}),
-              run_get({23, kCheckKv, 1, kSerial}));
 
     int dev = 0, n_sm = 0;
     CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-    std::printf("\n| cache, block | queries | m-tiles a block | keys | segments | blocks | attention us | merge us | "
-                "total us |\n|---|---|---|---|---|---|---|---|---|\n");
-    for (int mode : {kSerial, kProducers, kF16}) {
+    std::printf("\n| cache, block | queries | m-tiles a block | keys a tile | regs | local bytes | blocks/SM | keys | "
+                "segments | blocks | attention us | merge us | total us |\n"
+                "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (const Shape & s : kShapes) {
+        const Config & g = s.cfg;
+        const int n_q = g.nw >= 3 ? 23 : 1, n_grp = (n_q * G + g.nw * 16 - 1) / (g.nw * 16);
         for (int n_kv : {4096, 32768, 131072}) {
-            for (int n_q : {1, 23}) {
-                // a tree also in 3 blocks of 3 m-tiles (the invariant kernel's split), with the producer warps
-                for (int nw : {0, 3}) {
-                    if (nw == 3 && (n_q == 1 || mode != kProducers)) continue;
-                    // one wave of blocks (one a multiprocessor), and two
-                    for (int waves : {1, 2}) {
-                        Case c{n_q, n_kv, 0, mode, nw};
-                        const int mt = block_mtiles(c), n_grp = (n_q * G + mt * 16 - 1) / (mt * 16);
-                        const int n_tiles = n_kv / kTile;
-                        const int want = std::min({std::max(1, waves * n_sm / (HKV * n_grp)), kMaxSeg, n_tiles});
-                        c.seg_tiles = (n_tiles + want - 1) / want;
-                        const int n_seg = (n_tiles + c.seg_tiles - 1) / c.seg_tiles;
-                        const bool f16 = mode == kF16;
-                        const Run r = run_case(c, q, f16 ? kf : k, f16 ? vf : v, part, dst, 20);
-                        const char * name = f16 ? "f16" : mode == kSerial ? "q4_0 serial" : "q4_0 producers";
-                        std::printf("| %s | %d | %d | %d | %d | %d | %.1f | %.1f | %.1f |\n", name, n_q, mt, n_kv,
-                                    n_seg, n_seg * HKV * n_grp, r.attn_us, r.merge_us, r.attn_us + r.merge_us);
-                    }
-                }
+            // one wave of blocks (as many a multiprocessor as the registers are capped for), and two
+            for (int waves : {1, 2}) {
+                const int n_tiles = n_kv / g.kt;
+                const int want = std::min({std::max(1, waves * g.minb * n_sm / (HKV * n_grp)), kMaxSeg, n_tiles});
+                Case c{n_q, n_kv, (n_tiles + want - 1) / want, g};
+                const int n_seg = (n_tiles + c.seg_tiles - 1) / c.seg_tiles;
+                const bool f16 = g.mode == kF16;
+                const Run r = run_case(c, q, f16 ? kf : k, f16 ? vf : v, part, dst, 20);
+                std::printf("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %.1f | %.1f | %.1f |\n",
+                            mode_name(g.mode), n_q, g.nw, g.kt, r.regs, r.local_bytes, r.blocks_per_sm, n_kv, n_seg,
+                            n_seg * HKV * n_grp, r.attn_us, r.merge_us, r.attn_us + r.merge_us);
             }
         }
     }

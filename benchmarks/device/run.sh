@@ -91,8 +91,11 @@ stage_wgmma() {
 # A candidate structure for the verify tree's attention at depth, timed against nothing but itself (standalone; run
 # attn_check's bench in the same call to compare)
 stage_probe() {
-    log "tree attention probe: a block per (KV head, segment, 5 m-tiles), online softmax in registers (tree_attn_probe)"
-    nvcc -O3 -std=c++17 -arch="sm_$ARCHS" benchmarks/kernels/tree_attn_probe.cu -o "$WORK/tree_attn_probe" \
+    log "tree attention probe: blocks of whole rows, the online softmax in registers, mma.sync and wgmma (tree_attn_probe)"
+    # Hopper's wgmma shapes need the arch-specific target (sm_90a); other GPUs run the mma.sync shapes
+    local arch=(-arch="sm_$ARCHS")
+    [ "${ARCHS%a}" = 90 ] && arch=(-gencode arch=compute_90a,code=sm_90a)
+    nvcc -O3 -std=c++17 "${arch[@]}" benchmarks/kernels/tree_attn_probe.cu -o "$WORK/tree_attn_probe" \
         && "$WORK/tree_attn_probe" 2>&1 | tee "$OUT/tree_attn_probe.txt"
     return "${PIPESTATUS[0]}"
 }

@@ -15,12 +15,15 @@
 // warps a tile ahead (FlashAttention-3's split, on mma.sync), and an F16 cache of the same values copied straight
 // (what the conversion costs; ggml's own F16 kernel takes ~400 us for the tree at 128K, attn_check). The shapes
 // (kShapes): 64-key tiles, one block a multiprocessor, the tree in 2 blocks of 5 m-tiles or 3 of 3, one query in a
-// block of 4 warps (3 idle in the math) or of 1; and 32-key tiles, where 2 tree blocks (registers capped) or 3
-// one-query blocks fit a multiprocessor. Checks each tile length against a CPU reference (double) and every shape bit
-// for bit against the others at 2K keys, then times each shape at 4K / 32K / 128K keys (23 queries, or one).
+// block of 4 warps (3 idle in the math) or of 1; 32-key tiles, where 2 tree blocks or 3 one-query blocks fit a
+// multiprocessor; and on Hopper a warpgroup of 64 rows on wgmma (probe_attn_wg: the MMA pipe asynchronous and
+// ~1.8x mma.sync's rate, wgmma_check), the same block for a tree and for one query. Checks each tile length against
+// a CPU reference (double) and every shape bit for bit against the others at 2K keys, then times each shape at 4K /
+// 32K / 128K keys (23 queries, or one), with its registers, spills and blocks a multiprocessor.
 // A 64-key tree block takes 147-214 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a
 // real kernel would take 32-key tiles there).
-//   nvcc -O3 -std=c++17 -arch=sm_90 benchmarks/kernels/tree_attn_probe.cu -o tree_attn_probe   (builds for sm_80 up)
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/kernels/tree_attn_probe.cu -o tree_attn_probe
+//   (or -arch=sm_80 and up, without the wgmma shapes)
 //   (`run.sh probe` runs it.)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -32,6 +35,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
+
+#include "wgmma_ops.cuh"
 
 #define CHECK(x)                                                                                    \
     do {                                                                                            \
@@ -76,7 +81,8 @@ __device__ __forceinline__ unsigned pack2(float x, float y) {
 // into a word), each nibble put under 0x64 (the f16 1024 + n), minus 1032, times d: d (n - 8) rounded once to f16, the
 // bits __int2half_rn + __hmul2 give, in ~2 instructions a value instead of two conversions (the first version of this
 // probe converted that way: Q4_0 ~300 us over F16 at 128K, H100, twenty-eighth session).
-__device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, half * dst) {
+// dst: values 8 j .. 8 j + 7 at dst + j stride bytes (16: contiguous)
+__device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, uint8_t * dst, int stride) {
     const unsigned odd = unsigned(uintptr_t(src)) & 2;
     const unsigned * w = (const unsigned *) (src - odd);
     unsigned wv[5];
@@ -99,21 +105,91 @@ __device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, half * dst) {
         put(q & 0x0F0F0F0Fu, 4 * i);
         put((q >> 4) & 0x0F0F0F0Fu, 16 + 4 * i);
     }
-    uint4 * o = (uint4 *) dst;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) o[i] = make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
+    for (int i = 0; i < 4; ++i) {
+        *(uint4 *) (dst + i * stride) = make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
+    }
+}
+
+// One tile's online softmax for a warp's 16 rows (log2 units): rows gid (h 0) and gid + 8 (h 1) of the S fragments
+// (m16n8 accumulators, n-tile nt's 4 values in s[nt]: mma.sync's, and wgmma's D n-tile by n-tile), each row over the
+// 4 threads of a quad; the running max m and sum l updated, O rescaled, P packed as the A fragments of O += P V
+// (k-step j = keys 16 j ..).
+template <int KT>
+__device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)[2], float (&l)[2],
+                                               float (&o)[D / 8][4], unsigned (&pa)[KT / 16][4], float scale_log2) {
+    float mx[2] = {m[0], m[1]};
+#pragma unroll
+    for (int nt = 0; nt < KT / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[nt][e] *= scale_log2;
+            mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
+        }
+    }
+    float corr[2], rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 2));
+        corr[h] = exp2f(m[h] - mx[h]);  // 0 on the first tile (m = -inf)
+        m[h] = mx[h];
+    }
+#pragma unroll
+    for (int nt = 0; nt < KT / 8; ++nt) {
+        const float p0 = exp2f(s[nt][0] - m[0]), p1 = exp2f(s[nt][1] - m[0]);
+        const float p2 = exp2f(s[nt][2] - m[1]), p3 = exp2f(s[nt][3] - m[1]);
+        rs[0] += p0 + p1;
+        rs[1] += p2 + p3;
+        pa[nt / 2][(nt % 2) * 2 + 0] = pack2(p0, p1);
+        pa[nt / 2][(nt % 2) * 2 + 1] = pack2(p2, p3);
+    }
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        rs[h] += __shfl_xor_sync(0xFFFFFFFF, rs[h], 1);
+        rs[h] += __shfl_xor_sync(0xFFFFFFFF, rs[h], 2);
+        l[h] = l[h] * corr[h] + rs[h];
+    }
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) {
+        o[nt][0] *= corr[0];
+        o[nt][1] *= corr[0];
+        o[nt][2] *= corr[1];
+        o[nt][3] *= corr[1];
+    }
+}
+
+// A warp's 16 rows from row r0 into part ([rows][D + 2]: O unnormalized, then the row's max m and its sum l)
+__device__ __forceinline__ void store_partial(float * part, int r0, const float (&o)[D / 8][4], const float (&m)[2],
+                                              const float (&l)[2]) {
+    const int lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        float * out = part + size_t(r0 + gid + 8 * h) * (D + 2);
+#pragma unroll
+        for (int nt = 0; nt < D / 8; ++nt) {
+            *(float2 *) (out + nt * 8 + 2 * tig) = make_float2(o[nt][2 * h], o[nt][2 * h + 1]);
+        }
+        if (tig == 0) {
+            out[D] = m[h];
+            out[D + 1] = l[h];
+        }
+    }
 }
 
 // How a block gets its f16 tiles: Q4_0 rows copied and converted by every warp between two barriers (kSerial); F16
 // rows copied straight into two f16 stages (kF16: one barrier a tile, no conversion); Q4_0 rows copied and converted
 // by 2 producer warps into two f16 stages while the NW consumer warps compute the tile before (kProducers: one
 // barrier a tile, the conversion off the consumers' path).
-enum Mode { kSerial, kF16, kProducers };
+enum Mode { kSerial, kF16, kProducers, kWgmma };
 constexpr int kProducerWarps = 2;
-const char * mode_name(int mode) { return mode == kF16 ? "f16" : mode == kSerial ? "q4_0 serial" : "q4_0 producers"; }
+const char * mode_name(int mode) {
+    return mode == kF16 ? "f16" : mode == kSerial ? "q4_0 serial" : mode == kProducers ? "q4_0 producers" : "q4_0 wgmma";
+}
 __host__ __device__ constexpr int producer_warps(int mode) { return mode == kProducers ? kProducerWarps : 0; }
 
 size_t smem_bytes(int nw, int mode, int kt) {
+    if (mode == kWgmma) return size_t(nw) * 16 * D * 2 + 2 * size_t(kt) * D * 2 + 2 * 2 * size_t(kt) * kRowBytes;
     const size_t q = size_t(nw) * 16 * kLd * 2, tile = 2 * size_t(kt) * kLd * 2;  // Q; a K and a V f16 tile
     const size_t raw = 2 * 2 * size_t(kt) * kRowBytes;                            // 2 slots of K and V rows
     return mode == kF16 ? q + 2 * tile : mode == kProducers ? q + 2 * tile + raw : q + tile + raw;
@@ -133,7 +209,7 @@ probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, i
     half * kv_sh = q_sh + NW * 16 * kLd;                              // [kStages][K, V][kTile][kLd]
     uint8_t * raw_sh = (uint8_t *) (kv_sh + kStages * 2 * kTile * kLd);  // Q4_0: [2 slots][K, V][kTile][kRowBytes]
     const int kvh = blockIdx.x % HKV, grp = blockIdx.x / HKV % n_grp, seg = blockIdx.x / (HKV * n_grp);
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, gid = lane >> 2, tig = lane & 3;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int row0 = grp * NW * 16, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
     constexpr int kBytes = kMode == kF16 ? D * 2 : kRowBytes;        // a row of one KV head
     constexpr size_t kStride = size_t(HKV) * kBytes;                  // bytes a cache row (all KV heads)
@@ -168,7 +244,7 @@ probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, i
             const int which = b / (kTile * (D / 32)), j = b % (kTile * (D / 32)), key = j / (D / 32);
             const int qb = j % (D / 32);
             q4_0_to_f16(raw + (which * kTile + key) * kRowBytes + qb * 18,
-                        kv_sh + ((stage * 2 + which) * kTile + key) * kLd + qb * 32);
+                        (uint8_t *) (kv_sh + ((stage * 2 + which) * kTile + key) * kLd + qb * 32), 16);
         }
     };
     auto producers_sync = [] {  // the producer warps alone (named barrier 1): their copies landed for all of them
@@ -246,47 +322,8 @@ probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, i
                 mma16816(s[nt + 1], a, b[2], b[3]);
             }
         }
-        // online softmax in log2 units: rows gid (h 0) and gid + 8 (h 1), each over the 4 threads of a quad
-        float mx[2] = {m[0], m[1]};
-#pragma unroll
-        for (int nt = 0; nt < kTile / 8; ++nt) {
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                s[nt][e] *= scale_log2;
-                mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
-            }
-        }
-        float corr[2], rs[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 1));
-            mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 2));
-            corr[h] = exp2f(m[h] - mx[h]);  // 0 on the first tile (m = -inf)
-            m[h] = mx[h];
-        }
-        unsigned pa[kTile / 16][4];  // P as the A fragments of O += P V: k-step j = keys 16 j ..
-#pragma unroll
-        for (int nt = 0; nt < kTile / 8; ++nt) {
-            const float p0 = exp2f(s[nt][0] - m[0]), p1 = exp2f(s[nt][1] - m[0]);
-            const float p2 = exp2f(s[nt][2] - m[1]), p3 = exp2f(s[nt][3] - m[1]);
-            rs[0] += p0 + p1;
-            rs[1] += p2 + p3;
-            pa[nt / 2][(nt % 2) * 2 + 0] = pack2(p0, p1);
-            pa[nt / 2][(nt % 2) * 2 + 1] = pack2(p2, p3);
-        }
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-            rs[h] += __shfl_xor_sync(0xFFFFFFFF, rs[h], 1);
-            rs[h] += __shfl_xor_sync(0xFFFFFFFF, rs[h], 2);
-            l[h] = l[h] * corr[h] + rs[h];
-        }
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-            o[nt][0] *= corr[0];
-            o[nt][1] *= corr[0];
-            o[nt][2] *= corr[1];
-            o[nt][3] *= corr[1];
-        }
+        unsigned pa[kTile / 16][4];
+        online_softmax<kTile>(s, m, l, o, pa, scale_log2);
         // O += P V, keys in order
 #pragma unroll
         for (int j = 0; j < kTile / 16; ++j) {
@@ -299,20 +336,113 @@ probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, i
             }
         }
     }
-    if (!live) return;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-        const int row = row0 + warp * 16 + gid + 8 * h;
-        float * out = part + ((size_t(seg) * HKV + kvh) * (n_grp * NW * 16) + row) * (D + 2);
-#pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-            *(float2 *) (out + nt * 8 + 2 * tig) = make_float2(o[nt][2 * h], o[nt][2 * h + 1]);
-        }
-        if (tig == 0) {
-            out[D] = m[h];
-            out[D + 1] = l[h];
-        }
+    if (live) {
+        store_partial(part + (size_t(seg) * HKV + kvh) * (n_grp * NW * 16) * (D + 2), row0 + warp * 16, o, m, l);
     }
+}
+
+// The block on wgmma (sm_90a): one warpgroup, 64 rows (warp w the 16 from 16 w, as in probe_attn), Q, K and V in the
+// 8 x 8 core-matrix layouts wgmma reads (no swizzle), each tile's Q4_0 rows converted by the warpgroup between two
+// barriers while the next tile's rows copy (as kSerial). S = Q K^T on m64nKTk16 with both operands in shared memory,
+// O += P V on m64n256k16 with P from registers. Per element the MMAs run in probe_attn's order (wgmma rounds as
+// mma.sync does: wgmma_check) and the softmax is the same function, so its rows get the kSerial block's bits at the
+// same tile length (checked). All 4 warps run the MMAs whatever the live rows (one query: 6 of 64).
+template <int kTile, int kMinBlocks>
+__global__ void __launch_bounds__(128, kMinBlocks)
+probe_attn_wg(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
+              int seg_tiles, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int kRows = 64;
+    // Q (A, K-major): row r's dimensions 8 j .. 8 j + 7 at j kQLbo + (r / 8) 128 + (r % 8) 16; K (B, K-major, the
+    // keys as N) and V (B, MN-major, the keys as K) alike: key n's dimensions 8 j .. at j kKvLbo + (n / 8) 128 + (n % 8) 16
+    constexpr unsigned kQLbo = kRows / 8 * 128, kKvLbo = kTile / 8 * 128;
+    extern __shared__ uint4 smem_u4[];
+    uint8_t * q_sh = (uint8_t *) smem_u4;       // 64 rows x D halves
+    uint8_t * k_sh = q_sh + kRows * D * 2;      // kTile keys x D
+    uint8_t * v_sh = k_sh + kTile * D * 2;
+    uint8_t * raw_sh = v_sh + kTile * D * 2;    // [2 slots][K, V][kTile][kRowBytes]
+    const int kvh = blockIdx.x % HKV, grp = blockIdx.x / HKV % n_grp, seg = blockIdx.x / (HKV * n_grp);
+    const int tid = threadIdx.x, warp = tid / 32;
+    const int row0 = grp * kRows, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
+    constexpr size_t kStride = size_t(HKV) * kRowBytes;
+
+    for (int i = tid; i < kRows * (D / 8); i += 128) {
+        const int r = i % kRows, j = i / kRows;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (r < rows) x = *(const uint4 *) (q + (size_t((row0 + r) / G) * H + kvh * G + (row0 + r) % G) * D + 8 * j);
+        *(uint4 *) (q_sh + j * kQLbo + (r / 8) * 128 + (r % 8) * 16) = x;
+    }
+    auto issue = [&](int t, int slot) {  // tile t's Q4_0 rows into raw slot `slot`
+        const size_t off = size_t(t) * kTile * kStride + size_t(kvh) * kRowBytes;
+        constexpr int kSegs = kRowBytes / 16;
+        for (int i = tid; i < 2 * kTile * kSegs; i += 128) {
+            const int which = i / (kTile * kSegs), j = i % (kTile * kSegs), key = j / kSegs, sg = j % kSegs;
+            cp_async16(raw_sh + ((slot * 2 + which) * kTile + key) * kRowBytes + sg * 16,
+                       (which ? v : k) + off + size_t(key) * kStride + sg * 16);
+        }
+        cp_commit();
+    };
+    // consecutive threads take consecutive keys: their 16-byte stores land side by side
+    auto convert = [&](int slot) {
+        const uint8_t * raw = raw_sh + slot * 2 * kTile * kRowBytes;
+        for (int b = tid; b < 2 * kTile * (D / 32); b += 128) {
+            const int key = b % kTile, qb = b / kTile % (D / 32), which = b / (kTile * (D / 32));
+            q4_0_to_f16(raw + (which * kTile + key) * kRowBytes + qb * 18,
+                        (which ? v_sh : k_sh) + 4 * qb * kKvLbo + (key / 8) * 128 + (key % 8) * 16, kKvLbo);
+        }
+    };
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    if (t0 < t1) issue(t0, 0);
+    for (int t = t0; t < t1; ++t) {
+        const int i = t - t0;
+        cp_wait_all();
+        __syncthreads();  // tile t's rows in (and Q written); every warp's MMAs on tile t - 1 done (waited below)
+        if (t + 1 < t1) issue(t + 1, (i + 1) & 1);
+        convert(i & 1);
+        fence_proxy_async();  // the converted tile, written by ordinary stores, read by wgmma
+        __syncthreads();
+        float s[kTile / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < kTile / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        float (&s_flat)[kTile / 2] = *reinterpret_cast<float (*)[kTile / 2]>(&s[0][0]);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < D / 16; ++j) {  // k-step j: dimensions 16 j .., in order
+            wgmma_ss<0>(s_flat, wgmma_desc(q_sh + 2 * j * kQLbo, kQLbo, 128),
+                        wgmma_desc(k_sh + 2 * j * kKvLbo, kKvLbo, 128), 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        unsigned pa[kTile / 16][4];
+        online_softmax<kTile>(s, m, l, o, pa, scale_log2);
+        float (&o_flat)[D / 2] = *reinterpret_cast<float (*)[D / 2]>(&o[0][0]);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < kTile / 16; ++j) {  // keys 16 j .., in order
+            wgmma_rs<1>(o_flat, pa[j], wgmma_desc(v_sh + j * 2 * 128, 128, kKvLbo), 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+    }
+    if (warp * 16 < rows) {
+        store_partial(part + (size_t(seg) * HKV + kvh) * (n_grp * kRows) * (D + 2), row0 + warp * 16, o, m, l);
+    }
+#else
+    __trap();  // built without sm_90a: the table skips this shape
+#endif
+}
+
+// 1 where this build runs the wgmma block (sm_90a)
+__global__ void has_wgmma(int * out) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    *out = 1;
+#else
+    *out = 0;
+#endif
 }
 
 // dst [n_q][H][D] f32: the segments of each row merged in segment order; one thread a (row, dimension)
@@ -349,7 +479,13 @@ struct Run {
 
 template <int NW, int kMode, int KT, int MINB>
 Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v, float * part, float * dst, int iters) {
-    auto * kernel = probe_attn<NW, kMode, KT, MINB>;
+    auto * kernel = [] {
+        if constexpr (kMode == kWgmma) {
+            return probe_attn_wg<KT, MINB>;
+        } else {
+            return probe_attn<NW, kMode, KT, MINB>;
+        }
+    }();
     const int n_tiles = c.n_kv / KT, seg_tiles = c.seg_tiles, threads = (NW + producer_warps(kMode)) * 32;
     const int n_seg = (n_tiles + seg_tiles - 1) / seg_tiles, n_grp = (c.n_q * G + NW * 16 - 1) / (NW * 16);
     const size_t smem = smem_bytes(NW, kMode, KT);
@@ -388,20 +524,25 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
 using LaunchFn = Run (*)(const Case &, const half *, const uint8_t *, const uint8_t *, float *, float *, int);
 struct Shape {
     Config cfg;
+    int n_q;  // what it is for: a 23-node tree or one query
     LaunchFn fn;
 };
-#define SHAPE(nw, mode, kt, minb) {{nw, mode, kt, minb}, launch<nw, mode, kt, minb>}
+#define SHAPE(nw, mode, kt, minb, n_q) {{nw, mode, kt, minb}, n_q, launch<nw, mode, kt, minb>}
 // the shapes compiled: a tree's 9 m-tiles in 2 blocks of 5 (or 3 of 3, as the invariant kernel splits them); one
 // query's m-tile in a block of 4 warps (3 idle in the math, copying with it) or of 1; 64-key tiles, and 32-key ones
 // where two or three blocks fit a multiprocessor's shared memory (for 2 blocks of 5 warps nvcc 13.0 caps the
-// registers at 168 and spills ~60 bytes a thread; 2 blocks of 3 warps compile to 219-223 registers, no spills)
+// registers at 168 and spills ~60 bytes a thread; 2 blocks of 3 warps compile to 219-223 registers, no spills); and
+// the wgmma warpgroup (Hopper), 64 rows a block: a tree in 3 blocks, one query in 1, the same block for both
 const Shape kShapes[] = {
-    SHAPE(5, kSerial, 64, 1), SHAPE(5, kProducers, 64, 1), SHAPE(5, kF16, 64, 1), SHAPE(3, kProducers, 64, 1),
-    SHAPE(5, kSerial, 32, 2), SHAPE(5, kProducers, 32, 1), SHAPE(5, kF16, 32, 2),
-    SHAPE(3, kSerial, 32, 2), SHAPE(3, kF16, 32, 2),
-    SHAPE(4, kSerial, 64, 1), SHAPE(4, kProducers, 64, 1), SHAPE(4, kF16, 64, 1),
-    SHAPE(1, kSerial, 64, 2), SHAPE(1, kProducers, 64, 1), SHAPE(1, kF16, 64, 1),
-    SHAPE(1, kSerial, 32, 3), SHAPE(1, kProducers, 32, 2), SHAPE(1, kF16, 32, 3),
+    SHAPE(5, kSerial, 64, 1, 23), SHAPE(5, kProducers, 64, 1, 23), SHAPE(5, kF16, 64, 1, 23),
+    SHAPE(3, kProducers, 64, 1, 23),
+    SHAPE(5, kSerial, 32, 2, 23), SHAPE(5, kProducers, 32, 1, 23), SHAPE(5, kF16, 32, 2, 23),
+    SHAPE(3, kSerial, 32, 2, 23), SHAPE(3, kF16, 32, 2, 23),
+    SHAPE(4, kWgmma, 64, 1, 23), SHAPE(4, kWgmma, 32, 2, 23),
+    SHAPE(4, kSerial, 64, 1, 1), SHAPE(4, kProducers, 64, 1, 1), SHAPE(4, kF16, 64, 1, 1),
+    SHAPE(1, kSerial, 64, 2, 1), SHAPE(1, kProducers, 64, 1, 1), SHAPE(1, kF16, 64, 1, 1),
+    SHAPE(1, kSerial, 32, 3, 1), SHAPE(1, kProducers, 32, 2, 1), SHAPE(1, kF16, 32, 3, 1),
+    SHAPE(4, kWgmma, 64, 1, 1), SHAPE(4, kWgmma, 32, 2, 1),
 };
 #undef SHAPE
 
@@ -460,7 +601,7 @@ int main() {
     CHECK(cudaMalloc(&v, hv.size()));
     CHECK(cudaMalloc(&kf, hkf.size() * sizeof(half)));
     CHECK(cudaMalloc(&vf, hvf.size() * sizeof(half)));
-    CHECK(cudaMalloc(&part, size_t(kMaxSeg) * HKV * 10 * 16 * (D + 2) * sizeof(float)));  // up to 10 m-tiles a KV head
+    CHECK(cudaMalloc(&part, size_t(kMaxSeg) * HKV * 12 * 16 * (D + 2) * sizeof(float)));  // up to 12 m-tiles a KV head
     CHECK(cudaMalloc(&dst, size_t(kMaxQ) * H * D * sizeof(float)));
     CHECK(cudaMemcpy(q, hq.data(), hq.size() * sizeof(half), cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(k, hk.data(), hk.size(), cudaMemcpyHostToDevice));
@@ -473,6 +614,16 @@ int main() {
     // shape of that tile length: one query (query 0), the F16 cache, the producer warps; and at one-tile segments
     bool ok = true;
     constexpr int kCheckKv = 2048;
+    int dev = 0, n_sm = 0, major = 0;
+    CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+    int * flag;
+    CHECK(cudaMalloc(&flag, sizeof(int)));
+    has_wgmma<<<1, 1>>>(flag);
+    int built_wgmma = 0;
+    CHECK(cudaMemcpy(&built_wgmma, flag, sizeof(int), cudaMemcpyDeviceToHost));
+    const bool hopper = major == 9 && built_wgmma;  // the wgmma shapes run (built for sm_90a, as run.sh does)
+    if (!hopper) std::printf("(the wgmma shapes skipped: not an sm_90a build on a Hopper GPU)\n");
     auto run_get = [&](const Case & c) {
         const bool f16 = c.cfg.mode == kF16;
         run_case(c, q, f16 ? kf : k, f16 ? vf : v, part, dst, 1);
@@ -523,7 +674,8 @@ int main() {
         for (const Shape & s : kShapes) {
             const Config & g = s.cfg;
             if (g.kt != kt || (g.nw == ref.nw && g.mode == ref.mode && g.minb == ref.minb)) continue;
-            const int n_q = g.nw >= 3 ? 23 : 1;
+            const int n_q = s.n_q;
+            if (g.mode == kWgmma && !hopper) continue;
             same_bits(g, n_q == 1 ? "one query == query 0 of the tree" : "23 queries == the serial tree",
                       run_get({n_q, kCheckKv, seg, g}), tree);
         }
@@ -531,14 +683,13 @@ int main() {
                   run_get({23, kCheckKv, 1, {5, kProducers, kt, 1}}), run_get({23, kCheckKv, 1, ref}));
     }
 
-    int dev = 0, n_sm = 0;
-    CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
     std::printf("\n| cache, block | queries | m-tiles a block | keys a tile | regs | local bytes | blocks/SM | keys | "
                 "segments | blocks | attention us | merge us | total us |\n"
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Shape & s : kShapes) {
         const Config & g = s.cfg;
-        const int n_q = g.nw >= 3 ? 23 : 1, n_grp = (n_q * G + g.nw * 16 - 1) / (g.nw * 16);
+        const int n_q = s.n_q, n_grp = (n_q * G + g.nw * 16 - 1) / (g.nw * 16);
+        if (g.mode == kWgmma && !hopper) continue;
         for (int n_kv : {4096, 32768, 131072}) {
             // one wave of blocks (as many a multiprocessor as the registers are capped for), and two
             for (int waves : {1, 2}) {

@@ -17,7 +17,8 @@
 // (kShapes): 64-key tiles, one block a multiprocessor, the tree in 2 blocks of 5 m-tiles or 3 of 3, one query in a
 // block of 4 warps (3 idle in the math) or of 1; 32-key tiles, where 2 tree blocks or 3 one-query blocks fit a
 // multiprocessor; and on Hopper a warpgroup of 64 rows on wgmma (probe_attn_wg: the MMA pipe asynchronous and
-// ~1.8x mma.sync's rate, wgmma_check), the same block for a tree and for one query. Checks each tile length against
+// ~1.8x mma.sync's rate, wgmma_check), the same block for a tree and for one query, and FlashAttention-3's shape
+// around it (a producer warpgroup converting a tile ahead, 1 or 2 consumer warpgroups). Checks each tile length against
 // a CPU reference (double) and every shape bit for bit against the others at 2K keys, then times each shape at 4K /
 // 32K / 128K keys (23 queries, or one), with its registers, spills and blocks a multiprocessor.
 // A 64-key tree block takes 147-214 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a
@@ -181,15 +182,21 @@ __device__ __forceinline__ void store_partial(float * part, int r0, const float 
 // rows copied straight into two f16 stages (kF16: one barrier a tile, no conversion); Q4_0 rows copied and converted
 // by 2 producer warps into two f16 stages while the NW consumer warps compute the tile before (kProducers: one
 // barrier a tile, the conversion off the consumers' path).
-enum Mode { kSerial, kF16, kProducers, kWgmma };
+enum Mode { kSerial, kF16, kProducers, kWgmma, kFa3 };
 constexpr int kProducerWarps = 2;
 const char * mode_name(int mode) {
-    return mode == kF16 ? "f16" : mode == kSerial ? "q4_0 serial" : mode == kProducers ? "q4_0 producers" : "q4_0 wgmma";
+    return mode == kF16 ? "f16" : mode == kSerial ? "q4_0 serial" : mode == kProducers ? "q4_0 producers"
+         : mode == kWgmma ? "q4_0 wgmma" : "q4_0 wgmma + producer warpgroup";
 }
-__host__ __device__ constexpr int producer_warps(int mode) { return mode == kProducers ? kProducerWarps : 0; }
+__host__ __device__ constexpr int producer_warps(int mode) {
+    return mode == kProducers ? kProducerWarps : mode == kFa3 ? 4 : 0;
+}
 
 size_t smem_bytes(int nw, int mode, int kt) {
-    if (mode == kWgmma) return size_t(nw) * 16 * D * 2 + 2 * size_t(kt) * D * 2 + 2 * 2 * size_t(kt) * kRowBytes;
+    if (mode == kWgmma || mode == kFa3) {  // Q; one (two) f16 stages of K and V; 2 raw slots
+        const size_t stages = mode == kFa3 ? 2 : 1;
+        return size_t(nw) * 16 * D * 2 + stages * 2 * size_t(kt) * D * 2 + 2 * 2 * size_t(kt) * kRowBytes;
+    }
     const size_t q = size_t(nw) * 16 * kLd * 2, tile = 2 * size_t(kt) * kLd * 2;  // Q; a K and a V f16 tile
     const size_t raw = 2 * 2 * size_t(kt) * kRowBytes;                            // 2 slots of K and V rows
     return mode == kF16 ? q + 2 * tile : mode == kProducers ? q + 2 * tile + raw : q + tile + raw;
@@ -354,7 +361,8 @@ probe_attn_wg(const half * q, const uint8_t * k, const uint8_t * v, float * part
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     constexpr int kRows = 64;
     // Q (A, K-major): row r's dimensions 8 j .. 8 j + 7 at j kQLbo + (r / 8) 128 + (r % 8) 16; K (B, K-major, the
-    // keys as N) and V (B, MN-major, the keys as K) alike: key n's dimensions 8 j .. at j kKvLbo + (n / 8) 128 + (n % 8) 16
+    // keys as N) and V (B, MN-major, the keys as K) alike: key n's dimensions 8 j .. at
+    // j kKvLbo + (n / 8) 128 + (n % 8) 16
     constexpr unsigned kQLbo = kRows / 8 * 128, kKvLbo = kTile / 8 * 128;
     extern __shared__ uint4 smem_u4[];
     uint8_t * q_sh = (uint8_t *) smem_u4;       // 64 rows x D halves
@@ -436,6 +444,124 @@ probe_attn_wg(const half * q, const uint8_t * k, const uint8_t * v, float * part
 #endif
 }
 
+// FlashAttention-3's block shape on the same arithmetic (sm_90a): a producer warpgroup copies each tile's Q4_0 rows
+// (cp.async, two raw slots) and converts them into two f16 stages a tile ahead, kNc consumer warpgroups of 64 rows
+// each run probe_attn_wg's MMAs and softmax on the stage the producer filled; named barriers hand the stages over
+// (full: producer -> consumers, empty: consumers -> producer). With 2 consumer warpgroups the producer gives up its
+// registers (setmaxnreg 56) so that the consumers get 224. A tree's 138 rows take 2 blocks of 2 warpgroups (the
+// second with 10 live rows) or 3 of 1; one query 1 of 1. The same bits as probe_attn_wg (checked).
+__device__ __forceinline__ void named_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+
+template <int kNc, int kTile>
+__global__ void __launch_bounds__((kNc + 1) * 128, 1)
+probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
+               int seg_tiles, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+    // named barriers (0 is __syncthreads's); full and empty: one a stage
+    constexpr int kBarProducers = 1, kBarFull = 2, kBarEmpty = 4;
+    constexpr int kRows = 64 * kNc, kAll = (kNc + 1) * 128;
+    constexpr unsigned kQLbo = 64 / 8 * 128, kKvLbo = kTile / 8 * 128;  // as in probe_attn_wg, Q per warpgroup
+    constexpr unsigned kStageBytes = 2 * kTile * D * 2;                 // K, then V
+    extern __shared__ uint4 smem_u4[];
+    uint8_t * q_sh = (uint8_t *) smem_u4;         // [kNc][64 rows x D]
+    uint8_t * kv_sh = q_sh + kRows * D * 2;       // [2 stages][K, V][kTile x D]
+    uint8_t * raw_sh = kv_sh + 2 * kStageBytes;   // [2 slots][K, V][kTile][kRowBytes]
+    const int kvh = blockIdx.x % HKV, grp = blockIdx.x / HKV % n_grp, seg = blockIdx.x / (HKV * n_grp);
+    const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32;
+    const int row0 = grp * kRows, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
+    const int n_local = max(t1 - t0, 0);
+    constexpr size_t kStride = size_t(HKV) * kRowBytes;
+
+    for (int i = tid; i < kRows * (D / 8); i += kAll) {  // Q, warpgroup c's 64 rows in its own A layout
+        const int r = i % kRows, j = i / kRows;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (r < rows) x = *(const uint4 *) (q + (size_t((row0 + r) / G) * H + kvh * G + (row0 + r) % G) * D + 8 * j);
+        *(uint4 *) (q_sh + (r / 64) * 64 * D * 2 + j * kQLbo + (r % 64 / 8) * 128 + (r % 8) * 16) = x;
+    }
+    fence_proxy_async();
+    __syncthreads();
+
+    if (wg == kNc) {  // the producer warpgroup
+        if constexpr (kNc > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+        auto issue = [&](int t, int slot) {
+            const size_t off = size_t(t) * kTile * kStride + size_t(kvh) * kRowBytes;
+            constexpr int kSegs = kRowBytes / 16;
+            for (int i = wtid; i < 2 * kTile * kSegs; i += 128) {
+                const int which = i / (kTile * kSegs), j = i % (kTile * kSegs), key = j / kSegs, sg = j % kSegs;
+                cp_async16(raw_sh + ((slot * 2 + which) * kTile + key) * kRowBytes + sg * 16,
+                           (which ? v : k) + off + size_t(key) * kStride + sg * 16);
+            }
+            cp_commit();
+        };
+        if (n_local > 0) issue(t0, 0);
+        for (int i = 0; i < n_local; ++i) {
+            const int stage = i & 1;
+            if (i + 1 < n_local) {
+                issue(t0 + i + 1, (i + 1) & 1);
+                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+            } else {
+                cp_wait_all();
+            }
+            named_sync(kBarProducers, 128);                     // tile i's raw rows in, for all producer threads
+            if (i >= 2) named_sync(kBarEmpty + stage, kAll);     // the consumers are done with tile i - 2's stage
+            const uint8_t * raw = raw_sh + (i & 1) * 2 * kTile * kRowBytes;
+            uint8_t * kv = kv_sh + stage * kStageBytes;
+            for (int b = wtid; b < 2 * kTile * (D / 32); b += 128) {
+                const int key = b % kTile, qb = b / kTile % (D / 32), which = b / (kTile * (D / 32));
+                q4_0_to_f16(raw + (which * kTile + key) * kRowBytes + qb * 18,
+                            kv + which * kTile * D * 2 + 4 * qb * kKvLbo + (key / 8) * 128 + (key % 8) * 16, kKvLbo);
+            }
+            fence_proxy_async();
+            named_arrive(kBarFull + stage, kAll);
+            named_sync(kBarProducers, 128);  // all producers done reading raw slot i & 1 (tile i + 2 lands there)
+        }
+        return;
+    }
+    if constexpr (kNc > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    const uint8_t * qc = q_sh + wg * 64 * D * 2;
+    float o[D / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    for (int i = 0; i < n_local; ++i) {
+        const int stage = i & 1;
+        const uint8_t * k_sh = kv_sh + stage * kStageBytes, * v_sh = k_sh + kTile * D * 2;
+        named_sync(kBarFull + stage, kAll);  // the producer filled this stage with tile i
+        float s[kTile / 8][4];
+#pragma unroll
+        for (int nt = 0; nt < kTile / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+        float (&s_flat)[kTile / 2] = *reinterpret_cast<float (*)[kTile / 2]>(&s[0][0]);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < D / 16; ++j) {
+            wgmma_ss<0>(s_flat, wgmma_desc(qc + 2 * j * kQLbo, kQLbo, 128),
+                        wgmma_desc(k_sh + 2 * j * kKvLbo, kKvLbo, 128), 1);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        unsigned pa[kTile / 16][4];
+        online_softmax<kTile>(s, m, l, o, pa, scale_log2);
+        float (&o_flat)[D / 2] = *reinterpret_cast<float (*)[D / 2]>(&o[0][0]);
+        wgmma_fence();
+#pragma unroll
+        for (int j = 0; j < kTile / 16; ++j) wgmma_rs<1>(o_flat, pa[j], wgmma_desc(v_sh + j * 2 * 128, 128, kKvLbo), 1);
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (i + 2 < n_local) named_arrive(kBarEmpty + stage, kAll);  // the producer waits for it before tile i + 2
+    }
+    const int r0 = wg * 64 + warp * 16;
+    if (r0 < rows) store_partial(part + (size_t(seg) * HKV + kvh) * (n_grp * kRows) * (D + 2), row0 + r0, o, m, l);
+#else
+    __trap();  // built without sm_90a: the table skips this shape
+#endif
+}
+
 // 1 where this build runs the wgmma block (sm_90a)
 __global__ void has_wgmma(int * out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -482,6 +608,8 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
     auto * kernel = [] {
         if constexpr (kMode == kWgmma) {
             return probe_attn_wg<KT, MINB>;
+        } else if constexpr (kMode == kFa3) {
+            return probe_attn_fa3<NW / 4, KT>;
         } else {
             return probe_attn<NW, kMode, KT, MINB>;
         }
@@ -532,17 +660,19 @@ struct Shape {
 // query's m-tile in a block of 4 warps (3 idle in the math, copying with it) or of 1; 64-key tiles, and 32-key ones
 // where two or three blocks fit a multiprocessor's shared memory (for 2 blocks of 5 warps nvcc 13.0 caps the
 // registers at 168 and spills ~60 bytes a thread; 2 blocks of 3 warps compile to 219-223 registers, no spills); and
-// the wgmma warpgroup (Hopper), 64 rows a block: a tree in 3 blocks, one query in 1, the same block for both
+// the wgmma warpgroup (Hopper), 64 rows a block: a tree in 3 blocks, one query in 1, the same block for both; and
+// FlashAttention-3's shape (a producer warpgroup, 1 or 2 consumer warpgroups: m-tiles 4 or 8)
 const Shape kShapes[] = {
     SHAPE(5, kSerial, 64, 1, 23), SHAPE(5, kProducers, 64, 1, 23), SHAPE(5, kF16, 64, 1, 23),
     SHAPE(3, kProducers, 64, 1, 23),
     SHAPE(5, kSerial, 32, 2, 23), SHAPE(5, kProducers, 32, 1, 23), SHAPE(5, kF16, 32, 2, 23),
     SHAPE(3, kSerial, 32, 2, 23), SHAPE(3, kF16, 32, 2, 23),
     SHAPE(4, kWgmma, 64, 1, 23), SHAPE(4, kWgmma, 32, 2, 23),
+    SHAPE(8, kFa3, 32, 1, 23), SHAPE(4, kFa3, 32, 1, 23), SHAPE(4, kFa3, 64, 1, 23),
     SHAPE(4, kSerial, 64, 1, 1), SHAPE(4, kProducers, 64, 1, 1), SHAPE(4, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 64, 2, 1), SHAPE(1, kProducers, 64, 1, 1), SHAPE(1, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 32, 3, 1), SHAPE(1, kProducers, 32, 2, 1), SHAPE(1, kF16, 32, 3, 1),
-    SHAPE(4, kWgmma, 64, 1, 1), SHAPE(4, kWgmma, 32, 2, 1),
+    SHAPE(4, kWgmma, 64, 1, 1), SHAPE(4, kWgmma, 32, 2, 1), SHAPE(4, kFa3, 32, 1, 1), SHAPE(4, kFa3, 64, 1, 1),
 };
 #undef SHAPE
 
@@ -675,7 +805,7 @@ int main() {
             const Config & g = s.cfg;
             if (g.kt != kt || (g.nw == ref.nw && g.mode == ref.mode && g.minb == ref.minb)) continue;
             const int n_q = s.n_q;
-            if (g.mode == kWgmma && !hopper) continue;
+            if ((g.mode == kWgmma || g.mode == kFa3) && !hopper) continue;
             same_bits(g, n_q == 1 ? "one query == query 0 of the tree" : "23 queries == the serial tree",
                       run_get({n_q, kCheckKv, seg, g}), tree);
         }
@@ -689,7 +819,7 @@ int main() {
     for (const Shape & s : kShapes) {
         const Config & g = s.cfg;
         const int n_q = s.n_q, n_grp = (n_q * G + g.nw * 16 - 1) / (g.nw * 16);
-        if (g.mode == kWgmma && !hopper) continue;
+        if ((g.mode == kWgmma || g.mode == kFa3) && !hopper) continue;
         for (int n_kv : {4096, 32768, 131072}) {
             // one wave of blocks (as many a multiprocessor as the registers are capped for), and two
             for (int waves : {1, 2}) {

@@ -689,7 +689,19 @@ Run run_case(const Case & c, const half * q, const uint8_t * k, const uint8_t * 
     std::exit(2);
 }
 
-int main() {
+bool on_wgmma(int mode) { return mode == kWgmma || mode == kFa3; }
+
+// argv[1]: "mma" (the mma.sync shapes), "wgmma" (the wgmma ones, checked against the serial mma.sync tree), or none
+int main(int argc, char ** argv) {
+    const char * only = argc > 1 ? argv[1] : "";
+    if (*only && std::strcmp(only, "mma") != 0 && std::strcmp(only, "wgmma") != 0) {
+        std::fprintf(stderr, "usage: tree_attn_probe [mma|wgmma]\n");
+        return 2;
+    }
+    // a shape this run measures (the serial tree, every check's reference, runs either way)
+    auto wanted = [&](int mode) {
+        return !*only || (std::strcmp(only, "wgmma") == 0) == on_wgmma(mode);
+    };
     constexpr int kMaxKv = 131072, kMaxQ = 23, kMaxSeg = 264;
     std::vector<uint8_t> hk(size_t(kMaxKv) * HKV * kRowBytes), hv(hk.size());
     std::vector<half> hq(size_t(kMaxQ) * H * D);
@@ -731,7 +743,7 @@ int main() {
     CHECK(cudaMalloc(&v, hv.size()));
     CHECK(cudaMalloc(&kf, hkf.size() * sizeof(half)));
     CHECK(cudaMalloc(&vf, hvf.size() * sizeof(half)));
-    CHECK(cudaMalloc(&part, size_t(kMaxSeg) * HKV * 12 * 16 * (D + 2) * sizeof(float)));  // up to 12 m-tiles a KV head
+    CHECK(cudaMalloc(&part, size_t(kMaxSeg) * HKV * 16 * 16 * (D + 2) * sizeof(float)));  // up to 16 m-tiles a KV head
     CHECK(cudaMalloc(&dst, size_t(kMaxQ) * H * D * sizeof(float)));
     CHECK(cudaMemcpy(q, hq.data(), hq.size() * sizeof(half), cudaMemcpyHostToDevice));
     CHECK(cudaMemcpy(k, hk.data(), hk.size(), cudaMemcpyHostToDevice));
@@ -805,12 +817,14 @@ int main() {
             const Config & g = s.cfg;
             if (g.kt != kt || (g.nw == ref.nw && g.mode == ref.mode && g.minb == ref.minb)) continue;
             const int n_q = s.n_q;
-            if ((g.mode == kWgmma || g.mode == kFa3) && !hopper) continue;
+            if ((on_wgmma(g.mode) && !hopper) || !wanted(g.mode)) continue;
             same_bits(g, n_q == 1 ? "one query == query 0 of the tree" : "23 queries == the serial tree",
                       run_get({n_q, kCheckKv, seg, g}), tree);
         }
-        same_bits({5, kProducers, kt, 1}, "one-tile segments == the serial tree's",
-                  run_get({23, kCheckKv, 1, {5, kProducers, kt, 1}}), run_get({23, kCheckKv, 1, ref}));
+        if (wanted(kProducers)) {
+            same_bits({5, kProducers, kt, 1}, "one-tile segments == the serial tree's",
+                      run_get({23, kCheckKv, 1, {5, kProducers, kt, 1}}), run_get({23, kCheckKv, 1, ref}));
+        }
     }
 
     std::printf("\n| cache, block | queries | m-tiles a block | keys a tile | regs | local bytes | blocks/SM | keys | "
@@ -819,7 +833,7 @@ int main() {
     for (const Shape & s : kShapes) {
         const Config & g = s.cfg;
         const int n_q = s.n_q, n_grp = (n_q * G + g.nw * 16 - 1) / (g.nw * 16);
-        if ((g.mode == kWgmma || g.mode == kFa3) && !hopper) continue;
+        if ((on_wgmma(g.mode) && !hopper) || !wanted(g.mode)) continue;
         for (int n_kv : {4096, 32768, 131072}) {
             // one wave of blocks (as many a multiprocessor as the registers are capped for), and two
             for (int waves : {1, 2}) {

@@ -348,108 +348,125 @@ probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, i
     }
 }
 
-// The block on wgmma (sm_90a): one warpgroup, 64 rows (warp w the 16 from 16 w, as in probe_attn), Q, K and V in the
-// 8 x 8 core-matrix layouts wgmma reads (no swizzle), each tile's Q4_0 rows converted by the warpgroup between two
-// barriers while the next tile's rows copy (as kSerial). S = Q K^T on m64nKTk16 with both operands in shared memory,
-// O += P V on m64n256k16 with P from registers. Per element the MMAs run in probe_attn's order (wgmma rounds as
-// mma.sync does: wgmma_check) and the softmax is the same function, so its rows get the kSerial block's bits at the
-// same tile length (checked). All 4 warps run the MMAs whatever the live rows (one query: 6 of 64).
+// ---- The blocks on wgmma (sm_90a) ----
+// Layouts wgmma reads (8 x 8 core matrices, no swizzle): a warpgroup's Q (A, K-major, 64 rows): row r's dimensions
+// 8 j .. 8 j + 7 at j kWgQLbo + (r / 8) 128 + (r % 8) 16; a tile's K (B, K-major, the keys as N) and V (B, MN-major,
+// the keys as K) alike: key n's dimensions 8 j .. at j (kTile / 8 128) + (n / 8) 128 + (n % 8) 16.
+constexpr unsigned kWgQLbo = 64 / 8 * 128, kWgQBytes = 64 * D * 2;
+
+// Q rows row0 .. row0 + n_rows (zeros past `rows`) of KV head kvh, warpgroup c's 64 in q_sh + c kWgQBytes
+__device__ __forceinline__ void wg_load_q(const half * q, uint8_t * q_sh, int kvh, int row0, int rows, int n_rows,
+                                          int tid, int n_threads) {
+    for (int i = tid; i < n_rows * (D / 8); i += n_threads) {
+        const int r = i % n_rows, j = i / n_rows;
+        uint4 x = make_uint4(0, 0, 0, 0);
+        if (r < rows) x = *(const uint4 *) (q + (size_t((row0 + r) / G) * H + kvh * G + (row0 + r) % G) * D + 8 * j);
+        *(uint4 *) (q_sh + (r / 64) * kWgQBytes + j * kWgQLbo + (r % 64 / 8) * 128 + (r % 8) * 16) = x;
+    }
+}
+
+// tile t's Q4_0 rows of KV head kvh (K, then V) into raw ([K, V][kTile][kRowBytes]), one cp.async group
+template <int kTile>
+__device__ __forceinline__ void wg_issue(const uint8_t * k, const uint8_t * v, uint8_t * raw, int t, int kvh, int tid,
+                                         int n_threads) {
+    constexpr size_t kStride = size_t(HKV) * kRowBytes;
+    constexpr int kSegs = kRowBytes / 16;
+    const size_t off = size_t(t) * kTile * kStride + size_t(kvh) * kRowBytes;
+    for (int i = tid; i < 2 * kTile * kSegs; i += n_threads) {
+        const int which = i / (kTile * kSegs), j = i % (kTile * kSegs), key = j / kSegs, sg = j % kSegs;
+        cp_async16(raw + (which * kTile + key) * kRowBytes + sg * 16,
+                   (which ? v : k) + off + size_t(key) * kStride + sg * 16);
+    }
+    cp_commit();
+}
+
+// raw rows -> the K and V layouts at kv (V kTile D halves after K); consecutive threads take consecutive keys, so
+// their 16-byte stores land side by side
+template <int kTile>
+__device__ __forceinline__ void wg_convert(const uint8_t * raw, uint8_t * kv, int tid, int n_threads) {
+    constexpr unsigned kLbo = kTile / 8 * 128;
+    for (int b = tid; b < 2 * kTile * (D / 32); b += n_threads) {
+        const int key = b % kTile, qb = b / kTile % (D / 32), which = b / (kTile * (D / 32));
+        q4_0_to_f16(raw + (which * kTile + key) * kRowBytes + qb * 18,
+                    kv + which * kTile * D * 2 + 4 * qb * kLbo + (key / 8) * 128 + (key % 8) * 16, kLbo);
+    }
+}
+
+// One tile for a warpgroup's 64 rows: S = Q K^T (m64nKTk16, both from shared memory, dimensions in order), the online
+// softmax (probe_attn's function), O += P V (m64n256k16, P from registers, keys in order). Per element the MMAs run
+// in probe_attn's order and wgmma rounds as mma.sync does (wgmma_check), so a row gets probe_attn's bits.
+template <int kTile>
+__device__ __forceinline__ void wg_tile(const uint8_t * q_sh, const uint8_t * kv, float (&o)[D / 8][4], float (&m)[2],
+                                        float (&l)[2], float scale_log2) {
+    constexpr unsigned kLbo = kTile / 8 * 128;
+    const uint8_t * v_sh = kv + kTile * D * 2;
+    float s[kTile / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < kTile / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    float (&s_flat)[kTile / 2] = *reinterpret_cast<float (*)[kTile / 2]>(&s[0][0]);
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < D / 16; ++j) {
+        wgmma_ss<0>(s_flat, wgmma_desc(q_sh + 2 * j * kWgQLbo, kWgQLbo, 128), wgmma_desc(kv + 2 * j * kLbo, kLbo, 128),
+                    1);
+    }
+    wgmma_commit();
+    wgmma_wait<0>();
+    unsigned pa[kTile / 16][4];
+    online_softmax<kTile>(s, m, l, o, pa, scale_log2);
+    float (&o_flat)[D / 2] = *reinterpret_cast<float (*)[D / 2]>(&o[0][0]);
+    wgmma_fence();
+#pragma unroll
+    for (int j = 0; j < kTile / 16; ++j) wgmma_rs<1>(o_flat, pa[j], wgmma_desc(v_sh + j * 2 * 128, 128, kLbo), 1);
+    wgmma_commit();
+    wgmma_wait<0>();
+}
+
+// One warpgroup a block, 64 rows (warp w the 16 from 16 w, as in probe_attn), each tile's Q4_0 rows converted by the
+// warpgroup between two barriers while the next tile's rows copy (as kSerial). All 4 warps run the MMAs whatever the
+// live rows (one query: 6 of 64). A tree's 138 rows take 3 blocks, one query 1.
 template <int kTile, int kMinBlocks>
 __global__ void __launch_bounds__(128, kMinBlocks)
 probe_attn_wg(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
               int seg_tiles, float scale_log2) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int kRows = 64;
-    // Q (A, K-major): row r's dimensions 8 j .. 8 j + 7 at j kQLbo + (r / 8) 128 + (r % 8) 16; K (B, K-major, the
-    // keys as N) and V (B, MN-major, the keys as K) alike: key n's dimensions 8 j .. at
-    // j kKvLbo + (n / 8) 128 + (n % 8) 16
-    constexpr unsigned kQLbo = kRows / 8 * 128, kKvLbo = kTile / 8 * 128;
     extern __shared__ uint4 smem_u4[];
     uint8_t * q_sh = (uint8_t *) smem_u4;       // 64 rows x D halves
-    uint8_t * k_sh = q_sh + kRows * D * 2;      // kTile keys x D
-    uint8_t * v_sh = k_sh + kTile * D * 2;
-    uint8_t * raw_sh = v_sh + kTile * D * 2;    // [2 slots][K, V][kTile][kRowBytes]
+    uint8_t * kv_sh = q_sh + kWgQBytes;         // K, then V: kTile keys x D each
+    uint8_t * raw_sh = kv_sh + 2 * kTile * D * 2;  // [2 slots][K, V][kTile][kRowBytes]
     const int kvh = blockIdx.x % HKV, grp = blockIdx.x / HKV % n_grp, seg = blockIdx.x / (HKV * n_grp);
     const int tid = threadIdx.x, warp = tid / 32;
-    const int row0 = grp * kRows, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
-    constexpr size_t kStride = size_t(HKV) * kRowBytes;
-
-    for (int i = tid; i < kRows * (D / 8); i += 128) {
-        const int r = i % kRows, j = i / kRows;
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (r < rows) x = *(const uint4 *) (q + (size_t((row0 + r) / G) * H + kvh * G + (row0 + r) % G) * D + 8 * j);
-        *(uint4 *) (q_sh + j * kQLbo + (r / 8) * 128 + (r % 8) * 16) = x;
-    }
-    auto issue = [&](int t, int slot) {  // tile t's Q4_0 rows into raw slot `slot`
-        const size_t off = size_t(t) * kTile * kStride + size_t(kvh) * kRowBytes;
-        constexpr int kSegs = kRowBytes / 16;
-        for (int i = tid; i < 2 * kTile * kSegs; i += 128) {
-            const int which = i / (kTile * kSegs), j = i % (kTile * kSegs), key = j / kSegs, sg = j % kSegs;
-            cp_async16(raw_sh + ((slot * 2 + which) * kTile + key) * kRowBytes + sg * 16,
-                       (which ? v : k) + off + size_t(key) * kStride + sg * 16);
-        }
-        cp_commit();
-    };
-    // consecutive threads take consecutive keys: their 16-byte stores land side by side
-    auto convert = [&](int slot) {
-        const uint8_t * raw = raw_sh + slot * 2 * kTile * kRowBytes;
-        for (int b = tid; b < 2 * kTile * (D / 32); b += 128) {
-            const int key = b % kTile, qb = b / kTile % (D / 32), which = b / (kTile * (D / 32));
-            q4_0_to_f16(raw + (which * kTile + key) * kRowBytes + qb * 18,
-                        (which ? v_sh : k_sh) + 4 * qb * kKvLbo + (key / 8) * 128 + (key % 8) * 16, kKvLbo);
-        }
-    };
-
+    const int row0 = grp * 64, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
+    wg_load_q(q, q_sh, kvh, row0, rows, 64, tid, 128);
     float o[D / 8][4];
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    if (t0 < t1) issue(t0, 0);
+    if (t0 < t1) wg_issue<kTile>(k, v, raw_sh, t0, kvh, tid, 128);
     for (int t = t0; t < t1; ++t) {
         const int i = t - t0;
         cp_wait_all();
-        __syncthreads();  // tile t's rows in (and Q written); every warp's MMAs on tile t - 1 done (waited below)
-        if (t + 1 < t1) issue(t + 1, (i + 1) & 1);
-        convert(i & 1);
-        fence_proxy_async();  // the converted tile, written by ordinary stores, read by wgmma
+        __syncthreads();  // tile t's rows in (and Q written); every warp's MMAs on tile t - 1 done (wg_tile waits)
+        if (t + 1 < t1) wg_issue<kTile>(k, v, raw_sh + ((i + 1) & 1) * 2 * kTile * kRowBytes, t + 1, kvh, tid, 128);
+        wg_convert<kTile>(raw_sh + (i & 1) * 2 * kTile * kRowBytes, kv_sh, tid, 128);
+        fence_proxy_async();  // the converted tile (and Q), written by ordinary stores, read by wgmma
         __syncthreads();
-        float s[kTile / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < kTile / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-        float (&s_flat)[kTile / 2] = *reinterpret_cast<float (*)[kTile / 2]>(&s[0][0]);
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < D / 16; ++j) {  // k-step j: dimensions 16 j .., in order
-            wgmma_ss<0>(s_flat, wgmma_desc(q_sh + 2 * j * kQLbo, kQLbo, 128),
-                        wgmma_desc(k_sh + 2 * j * kKvLbo, kKvLbo, 128), 1);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        unsigned pa[kTile / 16][4];
-        online_softmax<kTile>(s, m, l, o, pa, scale_log2);
-        float (&o_flat)[D / 2] = *reinterpret_cast<float (*)[D / 2]>(&o[0][0]);
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < kTile / 16; ++j) {  // keys 16 j .., in order
-            wgmma_rs<1>(o_flat, pa[j], wgmma_desc(v_sh + j * 2 * 128, 128, kKvLbo), 1);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
+        wg_tile<kTile>(q_sh, kv_sh, o, m, l, scale_log2);
     }
     if (warp * 16 < rows) {
-        store_partial(part + (size_t(seg) * HKV + kvh) * (n_grp * kRows) * (D + 2), row0 + warp * 16, o, m, l);
+        store_partial(part + (size_t(seg) * HKV + kvh) * (n_grp * 64) * (D + 2), row0 + warp * 16, o, m, l);
     }
 #else
     __trap();  // built without sm_90a: the table skips this shape
 #endif
 }
 
-// FlashAttention-3's block shape on the same arithmetic (sm_90a): a producer warpgroup copies each tile's Q4_0 rows
-// (cp.async, two raw slots) and converts them into two f16 stages a tile ahead, kNc consumer warpgroups of 64 rows
-// each run probe_attn_wg's MMAs and softmax on the stage the producer filled; named barriers hand the stages over
-// (full: producer -> consumers, empty: consumers -> producer). With 2 consumer warpgroups the producer gives up its
-// registers (setmaxnreg 56) so that the consumers get 224. A tree's 138 rows take 2 blocks of 2 warpgroups (the
-// second with 10 live rows) or 3 of 1; one query 1 of 1. The same bits as probe_attn_wg (checked).
+// FlashAttention-3's block shape on the same arithmetic: a producer warpgroup copies each tile's Q4_0 rows (cp.async,
+// two raw slots) and converts them into two f16 stages a tile ahead, kNc consumer warpgroups of 64 rows each run
+// wg_tile on the stage the producer filled; named barriers hand the stages over (full: producer -> consumers, empty:
+// consumers -> producer). With 2 consumer warpgroups the producer gives up registers (setmaxnreg 56) so that the
+// consumers get 224. A tree's 138 rows take 2 blocks of 2 warpgroups (the second with 10 live rows) or 3 of 1; one
+// query 1 of 1. The same bits as probe_attn_wg (checked).
 __device__ __forceinline__ void named_sync(int id, int n) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
@@ -466,57 +483,33 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
     // named barriers (0 is __syncthreads's); full and empty: one a stage
     constexpr int kBarProducers = 1, kBarFull = 2, kBarEmpty = 4;
     constexpr int kRows = 64 * kNc, kAll = (kNc + 1) * 128;
-    constexpr unsigned kQLbo = 64 / 8 * 128, kKvLbo = kTile / 8 * 128;  // as in probe_attn_wg, Q per warpgroup
-    constexpr unsigned kStageBytes = 2 * kTile * D * 2;                 // K, then V
+    constexpr unsigned kStageBytes = 2 * kTile * D * 2;  // K, then V
     extern __shared__ uint4 smem_u4[];
     uint8_t * q_sh = (uint8_t *) smem_u4;         // [kNc][64 rows x D]
-    uint8_t * kv_sh = q_sh + kRows * D * 2;       // [2 stages][K, V][kTile x D]
+    uint8_t * kv_sh = q_sh + kNc * kWgQBytes;     // [2 stages][K, V][kTile x D]
     uint8_t * raw_sh = kv_sh + 2 * kStageBytes;   // [2 slots][K, V][kTile][kRowBytes]
     const int kvh = blockIdx.x % HKV, grp = blockIdx.x / HKV % n_grp, seg = blockIdx.x / (HKV * n_grp);
     const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32;
     const int row0 = grp * kRows, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
     const int n_local = max(t1 - t0, 0);
-    constexpr size_t kStride = size_t(HKV) * kRowBytes;
-
-    for (int i = tid; i < kRows * (D / 8); i += kAll) {  // Q, warpgroup c's 64 rows in its own A layout
-        const int r = i % kRows, j = i / kRows;
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (r < rows) x = *(const uint4 *) (q + (size_t((row0 + r) / G) * H + kvh * G + (row0 + r) % G) * D + 8 * j);
-        *(uint4 *) (q_sh + (r / 64) * 64 * D * 2 + j * kQLbo + (r % 64 / 8) * 128 + (r % 8) * 16) = x;
-    }
+    wg_load_q(q, q_sh, kvh, row0, rows, kRows, tid, kAll);
     fence_proxy_async();
     __syncthreads();
 
     if (wg == kNc) {  // the producer warpgroup
         if constexpr (kNc > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
-        auto issue = [&](int t, int slot) {
-            const size_t off = size_t(t) * kTile * kStride + size_t(kvh) * kRowBytes;
-            constexpr int kSegs = kRowBytes / 16;
-            for (int i = wtid; i < 2 * kTile * kSegs; i += 128) {
-                const int which = i / (kTile * kSegs), j = i % (kTile * kSegs), key = j / kSegs, sg = j % kSegs;
-                cp_async16(raw_sh + ((slot * 2 + which) * kTile + key) * kRowBytes + sg * 16,
-                           (which ? v : k) + off + size_t(key) * kStride + sg * 16);
-            }
-            cp_commit();
-        };
-        if (n_local > 0) issue(t0, 0);
+        if (n_local > 0) wg_issue<kTile>(k, v, raw_sh, t0, kvh, wtid, 128);
         for (int i = 0; i < n_local; ++i) {
             const int stage = i & 1;
             if (i + 1 < n_local) {
-                issue(t0 + i + 1, (i + 1) & 1);
+                wg_issue<kTile>(k, v, raw_sh + ((i + 1) & 1) * 2 * kTile * kRowBytes, t0 + i + 1, kvh, wtid, 128);
                 asm volatile("cp.async.wait_group 1;\n" ::: "memory");
             } else {
                 cp_wait_all();
             }
-            named_sync(kBarProducers, 128);                     // tile i's raw rows in, for all producer threads
-            if (i >= 2) named_sync(kBarEmpty + stage, kAll);     // the consumers are done with tile i - 2's stage
-            const uint8_t * raw = raw_sh + (i & 1) * 2 * kTile * kRowBytes;
-            uint8_t * kv = kv_sh + stage * kStageBytes;
-            for (int b = wtid; b < 2 * kTile * (D / 32); b += 128) {
-                const int key = b % kTile, qb = b / kTile % (D / 32), which = b / (kTile * (D / 32));
-                q4_0_to_f16(raw + (which * kTile + key) * kRowBytes + qb * 18,
-                            kv + which * kTile * D * 2 + 4 * qb * kKvLbo + (key / 8) * 128 + (key % 8) * 16, kKvLbo);
-            }
+            named_sync(kBarProducers, 128);                  // tile i's raw rows in, for all producer threads
+            if (i >= 2) named_sync(kBarEmpty + stage, kAll);  // the consumers are done with tile i - 2's stage
+            wg_convert<kTile>(raw_sh + (i & 1) * 2 * kTile * kRowBytes, kv_sh + stage * kStageBytes, wtid, 128);
             fence_proxy_async();
             named_arrive(kBarFull + stage, kAll);
             named_sync(kBarProducers, 128);  // all producers done reading raw slot i & 1 (tile i + 2 lands there)
@@ -524,35 +517,14 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
         return;
     }
     if constexpr (kNc > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-    const uint8_t * qc = q_sh + wg * 64 * D * 2;
     float o[D / 8][4];
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     for (int i = 0; i < n_local; ++i) {
         const int stage = i & 1;
-        const uint8_t * k_sh = kv_sh + stage * kStageBytes, * v_sh = k_sh + kTile * D * 2;
         named_sync(kBarFull + stage, kAll);  // the producer filled this stage with tile i
-        float s[kTile / 8][4];
-#pragma unroll
-        for (int nt = 0; nt < kTile / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
-        float (&s_flat)[kTile / 2] = *reinterpret_cast<float (*)[kTile / 2]>(&s[0][0]);
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < D / 16; ++j) {
-            wgmma_ss<0>(s_flat, wgmma_desc(qc + 2 * j * kQLbo, kQLbo, 128),
-                        wgmma_desc(k_sh + 2 * j * kKvLbo, kKvLbo, 128), 1);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        unsigned pa[kTile / 16][4];
-        online_softmax<kTile>(s, m, l, o, pa, scale_log2);
-        float (&o_flat)[D / 2] = *reinterpret_cast<float (*)[D / 2]>(&o[0][0]);
-        wgmma_fence();
-#pragma unroll
-        for (int j = 0; j < kTile / 16; ++j) wgmma_rs<1>(o_flat, pa[j], wgmma_desc(v_sh + j * 2 * 128, 128, kKvLbo), 1);
-        wgmma_commit();
-        wgmma_wait<0>();
+        wg_tile<kTile>(q_sh + wg * kWgQBytes, kv_sh + stage * kStageBytes, o, m, l, scale_log2);
         if (i + 2 < n_local) named_arrive(kBarEmpty + stage, kAll);  // the producer waits for it before tile i + 2
     }
     const int r0 = wg * 64 + warp * 16;

@@ -2,7 +2,7 @@
 // accumulators and f16 inputs, B (and A in the _ss forms) read from shared memory through a matrix descriptor, scale-d
 // as a predicate (0: D = A B, 1: D += A B). Overloaded on D's size (N / 2 floats a thread), so a caller writes
 // wgmma_rs<trans_b>(d, a, desc_b, scale_d) for any N here. Also the descriptor of a no-swizzle layout and the fences.
-// Written by hand once from the PTX ISA's operand order; the register lists are long, not clever.
+// The register lists are spelled out: inline asm has no way to name a range of operands.
 #pragma once
 #include <cstdint>
 

@@ -181,7 +181,8 @@ __device__ __forceinline__ void store_partial(float * part, int r0, const float 
 // How a block gets its f16 tiles: Q4_0 rows copied and converted by every warp between two barriers (kSerial); F16
 // rows copied straight into two f16 stages (kF16: one barrier a tile, no conversion); Q4_0 rows copied and converted
 // by 2 producer warps into two f16 stages while the NW consumer warps compute the tile before (kProducers: one
-// barrier a tile, the conversion off the consumers' path).
+// barrier a tile, the conversion off the consumers' path); on wgmma (Hopper), Q4_0 converted as kSerial does
+// (kWgmma: probe_attn_wg) or by a producer warpgroup (kFa3: probe_attn_fa3).
 enum Mode { kSerial, kF16, kProducers, kWgmma, kFa3 };
 constexpr int kProducerWarps = 2;
 const char * mode_name(int mode) {

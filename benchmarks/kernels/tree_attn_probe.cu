@@ -114,21 +114,21 @@ __device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, uint8_t * dst, 
 
 // One tile's online softmax for a warp's 16 rows (log2 units): rows gid (h 0) and gid + 8 (h 1) of the S fragments
 // (m16n8 accumulators, n-tile nt's 4 values in s[nt]: mma.sync's, and wgmma's D n-tile by n-tile), each row over the
-// 4 threads of a quad; the running max m and sum l updated, O rescaled, P packed as the A fragments of O += P V
-// (k-step j = keys 16 j ..).
+// 4 threads of a quad; the running max m and sum l updated, P packed as the A fragments of O += P V (k-step j = keys
+// 16 j ..) and corr, the factor O is to be scaled by (softmax_p); then O rescaled (rescale_o; both: online_softmax).
 template <int KT>
-__device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)[2], float (&l)[2],
-                                               float (&o)[D / 8][4], unsigned (&pa)[KT / 16][4], float scale_log2) {
-    float mx[2] = {m[0], m[1]};
+__device__ __forceinline__ void softmax_p(const float (&acc)[KT / 8][4], float (&m)[2], float (&l)[2],
+                                          unsigned (&pa)[KT / 16][4], float (&corr)[2], float scale_log2) {
+    float mx[2] = {m[0], m[1]}, s[KT / 8][4];  // S scaled, apart from the accumulators (wgmma may own them)
 #pragma unroll
     for (int nt = 0; nt < KT / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-            s[nt][e] *= scale_log2;
+            s[nt][e] = acc[nt][e] * scale_log2;
             mx[e / 2] = fmaxf(mx[e / 2], s[nt][e]);
         }
     }
-    float corr[2], rs[2] = {0.0f, 0.0f};
+    float rs[2] = {0.0f, 0.0f};
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 1));
@@ -151,6 +151,9 @@ __device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)
         rs[h] += __shfl_xor_sync(0xFFFFFFFF, rs[h], 2);
         l[h] = l[h] * corr[h] + rs[h];
     }
+}
+
+__device__ __forceinline__ void rescale_o(float (&o)[D / 8][4], const float (&corr)[2]) {
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
         o[nt][0] *= corr[0];
@@ -158,6 +161,14 @@ __device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)
         o[nt][2] *= corr[1];
         o[nt][3] *= corr[1];
     }
+}
+
+template <int KT>
+__device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)[2], float (&l)[2],
+                                               float (&o)[D / 8][4], unsigned (&pa)[KT / 16][4], float scale_log2) {
+    float corr[2];
+    softmax_p<KT>(s, m, l, pa, corr, scale_log2);
+    rescale_o(o, corr);
 }
 
 // A warp's 16 rows from row r0 into part ([rows][D + 2]: O unnormalized, then the row's max m and its sum l)
@@ -183,19 +194,20 @@ __device__ __forceinline__ void store_partial(float * part, int r0, const float 
 // by 2 producer warps into two f16 stages while the NW consumer warps compute the tile before (kProducers: one
 // barrier a tile, the conversion off the consumers' path); on wgmma (Hopper), Q4_0 converted as kSerial does
 // (kWgmma: probe_attn_wg) or by a producer warpgroup (kFa3: probe_attn_fa3).
-enum Mode { kSerial, kF16, kProducers, kWgmma, kFa3 };
+enum Mode { kSerial, kF16, kProducers, kWgmma, kFa3, kFa3Ahead };
 constexpr int kProducerWarps = 2;
 const char * mode_name(int mode) {
     return mode == kF16 ? "f16" : mode == kSerial ? "q4_0 serial" : mode == kProducers ? "q4_0 producers"
-         : mode == kWgmma ? "q4_0 wgmma" : "q4_0 wgmma + producer warpgroup";
+         : mode == kWgmma ? "q4_0 wgmma" : mode == kFa3 ? "q4_0 wgmma + producer warpgroup"
+         : "q4_0 wgmma + producer warpgroup, S ahead";
 }
 __host__ __device__ constexpr int producer_warps(int mode) {
-    return mode == kProducers ? kProducerWarps : mode == kFa3 ? 4 : 0;
+    return mode == kProducers ? kProducerWarps : mode == kFa3 || mode == kFa3Ahead ? 4 : 0;
 }
 
 size_t smem_bytes(int nw, int mode, int kt) {
-    if (mode == kWgmma || mode == kFa3) {  // Q; one (two) f16 stages of K and V; 2 raw slots
-        const size_t stages = mode == kFa3 ? 2 : 1;
+    if (mode == kWgmma || mode == kFa3 || mode == kFa3Ahead) {  // Q; one (two) f16 stages of K and V; 2 raw slots
+        const size_t stages = mode == kWgmma ? 1 : 2;
         return size_t(nw) * 16 * D * 2 + stages * 2 * size_t(kt) * D * 2 + 2 * 2 * size_t(kt) * kRowBytes;
     }
     const size_t q = size_t(nw) * 16 * kLd * 2, tile = 2 * size_t(kt) * kLd * 2;  // Q; a K and a V f16 tile
@@ -393,33 +405,50 @@ __device__ __forceinline__ void wg_convert(const uint8_t * raw, uint8_t * kv, in
     }
 }
 
-// One tile for a warpgroup's 64 rows: S = Q K^T (m64nKTk16, both from shared memory, dimensions in order), the online
-// softmax (probe_attn's function), O += P V (m64n256k16, P from registers, keys in order). Per element the MMAs run
+// One tile for a warpgroup's 64 rows in two halves. wg_s: S = Q K^T (m64nKTk16, both from shared memory, dimensions
+// in order) issued as one wgmma group, not waited for. wg_pv, once that group is done: the online softmax (probe_attn's
+// function), then O += P V (m64n256k16, P from registers, keys in order) issued as one group. Per element the MMAs run
 // in probe_attn's order and wgmma rounds as mma.sync does (wgmma_check), so a row gets probe_attn's bits.
+// (S starts from scale-d = 0, not from zeroed registers: ptxas makes the same code of both where nothing is in flight,
+// wgmma_check, and serializes the wgmma where the zeroing would fall while another group runs)
 template <int kTile>
-__device__ __forceinline__ void wg_tile(const uint8_t * q_sh, const uint8_t * kv, float (&o)[D / 8][4], float (&m)[2],
-                                        float (&l)[2], float scale_log2) {
+__device__ __forceinline__ void wg_s(const uint8_t * q_sh, const uint8_t * kv, float (&s)[kTile / 8][4]) {
     constexpr unsigned kLbo = kTile / 8 * 128;
-    const uint8_t * v_sh = kv + kTile * D * 2;
-    float s[kTile / 8][4];
-#pragma unroll
-    for (int nt = 0; nt < kTile / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
     float (&s_flat)[kTile / 2] = *reinterpret_cast<float (*)[kTile / 2]>(&s[0][0]);
     wgmma_fence();
 #pragma unroll
     for (int j = 0; j < D / 16; ++j) {
         wgmma_ss<0>(s_flat, wgmma_desc(q_sh + 2 * j * kWgQLbo, kWgQLbo, 128), wgmma_desc(kv + 2 * j * kLbo, kLbo, 128),
-                    1);
+                    j > 0);
     }
     wgmma_commit();
-    wgmma_wait<0>();
+}
+// kDrain: the softmax's P half runs while the newest wgmma group (the next tile's S) does, which is waited for before
+// O is rescaled (ptxas serializes wgmma where ordinary instructions write an accumulator with a group in flight)
+template <int kTile, bool kDrain = false>
+__device__ __forceinline__ void wg_pv(const uint8_t * kv, float (&s)[kTile / 8][4], float (&o)[D / 8][4],
+                                      float (&m)[2], float (&l)[2], float scale_log2) {
+    constexpr unsigned kLbo = kTile / 8 * 128;
+    const uint8_t * v_sh = kv + kTile * D * 2;
     unsigned pa[kTile / 16][4];
-    online_softmax<kTile>(s, m, l, o, pa, scale_log2);
+    float corr[2];
+    softmax_p<kTile>(s, m, l, pa, corr, scale_log2);
+    if constexpr (kDrain) wgmma_wait<0>();
+    rescale_o(o, corr);
     float (&o_flat)[D / 2] = *reinterpret_cast<float (*)[D / 2]>(&o[0][0]);
     wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kTile / 16; ++j) wgmma_rs<1>(o_flat, pa[j], wgmma_desc(v_sh + j * 2 * 128, 128, kLbo), 1);
     wgmma_commit();
+}
+// the two halves one after the other
+template <int kTile>
+__device__ __forceinline__ void wg_tile(const uint8_t * q_sh, const uint8_t * kv, float (&o)[D / 8][4], float (&m)[2],
+                                        float (&l)[2], float scale_log2) {
+    float s[kTile / 8][4];
+    wg_s<kTile>(q_sh, kv, s);
+    wgmma_wait<0>();
+    wg_pv<kTile>(kv, s, o, m, l, scale_log2);
     wgmma_wait<0>();
 }
 
@@ -467,7 +496,7 @@ probe_attn_wg(const half * q, const uint8_t * k, const uint8_t * v, float * part
 // wg_tile on the stage the producer filled; named barriers hand the stages over (full: producer -> consumers, empty:
 // consumers -> producer). With 2 consumer warpgroups the producer gives up registers (setmaxnreg 56) so that the
 // consumers get 224. A tree's 138 rows take 2 blocks of 2 warpgroups (the second with 10 live rows) or 3 of 1; one
-// query 1 of 1. The same bits as probe_attn_wg (checked).
+// query 1 of 1. kAhead: S of the next tile issued before this tile's softmax. The same bits as probe_attn_wg (checked).
 __device__ __forceinline__ void named_sync(int id, int n) {
     asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
@@ -475,7 +504,7 @@ __device__ __forceinline__ void named_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
-template <int kNc, int kTile>
+template <int kNc, int kTile, bool kAhead>
 __global__ void __launch_bounds__((kNc + 1) * 128, 1)
 probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
                int seg_tiles, float scale_log2) {
@@ -522,11 +551,43 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    for (int i = 0; i < n_local; ++i) {
-        const int stage = i & 1;
-        named_sync(kBarFull + stage, kAll);  // the producer filled this stage with tile i
-        wg_tile<kTile>(q_sh + wg * kWgQBytes, kv_sh + stage * kStageBytes, o, m, l, scale_log2);
-        if (i + 2 < n_local) named_arrive(kBarEmpty + stage, kAll);  // the producer waits for it before tile i + 2
+    const uint8_t * qc = q_sh + wg * kWgQBytes;
+    if constexpr (!kAhead) {
+        for (int i = 0; i < n_local; ++i) {
+            const int stage = i & 1;
+            named_sync(kBarFull + stage, kAll);  // the producer filled this stage with tile i
+            wg_tile<kTile>(qc, kv_sh + stage * kStageBytes, o, m, l, scale_log2);
+            if (i + 2 < n_local) named_arrive(kBarEmpty + stage, kAll);  // the producer waits for it before tile i + 2
+        }
+    } else {
+        // S of tile i + 1 issued before tile i's softmax, so the tensor cores run it while the softmax does its math
+        // (FlashAttention-3's overlap within a warpgroup); two S accumulators, taken in turn (one consumer warpgroup:
+        // under two, capped at 168 registers, the second accumulator spills)
+        float sa[kTile / 8][4], sb[kTile / 8][4];
+        auto step = [&](float (&cur)[kTile / 8][4], float (&next)[kTile / 8][4], int i) {
+            if (i + 1 < n_local) {
+                named_sync(kBarFull + ((i + 1) & 1), kAll);
+                wg_s<kTile>(qc, kv_sh + ((i + 1) & 1) * kStageBytes, next);
+                wgmma_wait<1>();  // tile i's S done; tile i + 1's may run on
+            } else {
+                wgmma_wait<0>();
+            }
+            if (i + 1 < n_local) {
+                wg_pv<kTile, true>(kv_sh + (i & 1) * kStageBytes, cur, o, m, l, scale_log2);
+            } else {
+                wg_pv<kTile>(kv_sh + (i & 1) * kStageBytes, cur, o, m, l, scale_log2);
+            }
+            wgmma_wait<0>();
+            if (i + 2 < n_local) named_arrive(kBarEmpty + (i & 1), kAll);
+        };
+        if (n_local > 0) {
+            named_sync(kBarFull, kAll);
+            wg_s<kTile>(qc, kv_sh, sa);
+        }
+        for (int i = 0; i < n_local; i += 2) {
+            step(sa, sb, i);
+            if (i + 1 < n_local) step(sb, sa, i + 1);
+        }
     }
     const int r0 = wg * 64 + warp * 16;
     if (r0 < rows) store_partial(part + (size_t(seg) * HKV + kvh) * (n_grp * kRows) * (D + 2), row0 + r0, o, m, l);
@@ -581,8 +642,8 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
     auto * kernel = [] {
         if constexpr (kMode == kWgmma) {
             return probe_attn_wg<KT, MINB>;
-        } else if constexpr (kMode == kFa3) {
-            return probe_attn_fa3<NW / 4, KT>;
+        } else if constexpr (kMode == kFa3 || kMode == kFa3Ahead) {
+            return probe_attn_fa3<NW / 4, KT, kMode == kFa3Ahead>;
         } else {
             return probe_attn<NW, kMode, KT, MINB>;
         }
@@ -634,7 +695,8 @@ struct Shape {
 // where two or three blocks fit a multiprocessor's shared memory (for 2 blocks of 5 warps nvcc 13.0 caps the
 // registers at 168 and spills ~60 bytes a thread; 2 blocks of 3 warps compile to 219-223 registers, no spills); and
 // the wgmma warpgroup (Hopper), 64 rows a block: a tree in 3 blocks, one query in 1, the same block for both; and
-// FlashAttention-3's shape (a producer warpgroup, 1 or 2 consumer warpgroups: m-tiles 4 or 8)
+// FlashAttention-3's shape (a producer warpgroup, 1 or 2 consumer warpgroups: m-tiles 4 or 8; with 1, also the next
+// tile's S ahead of this tile's softmax: 247-255 registers and 76-196 bytes of spills at nvcc 13.0)
 const Shape kShapes[] = {
     SHAPE(5, kSerial, 64, 1, 23), SHAPE(5, kProducers, 64, 1, 23), SHAPE(5, kF16, 64, 1, 23),
     SHAPE(3, kProducers, 64, 1, 23),
@@ -642,10 +704,12 @@ const Shape kShapes[] = {
     SHAPE(3, kSerial, 32, 2, 23), SHAPE(3, kF16, 32, 2, 23),
     SHAPE(4, kWgmma, 64, 1, 23), SHAPE(4, kWgmma, 32, 2, 23),
     SHAPE(8, kFa3, 32, 1, 23), SHAPE(4, kFa3, 32, 1, 23), SHAPE(4, kFa3, 64, 1, 23),
+    SHAPE(4, kFa3Ahead, 32, 1, 23), SHAPE(4, kFa3Ahead, 64, 1, 23),
     SHAPE(4, kSerial, 64, 1, 1), SHAPE(4, kProducers, 64, 1, 1), SHAPE(4, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 64, 2, 1), SHAPE(1, kProducers, 64, 1, 1), SHAPE(1, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 32, 3, 1), SHAPE(1, kProducers, 32, 2, 1), SHAPE(1, kF16, 32, 3, 1),
     SHAPE(4, kWgmma, 64, 1, 1), SHAPE(4, kWgmma, 32, 2, 1), SHAPE(4, kFa3, 32, 1, 1), SHAPE(4, kFa3, 64, 1, 1),
+    SHAPE(4, kFa3Ahead, 64, 1, 1),
 };
 #undef SHAPE
 
@@ -662,7 +726,7 @@ Run run_case(const Case & c, const half * q, const uint8_t * k, const uint8_t * 
     std::exit(2);
 }
 
-bool on_wgmma(int mode) { return mode == kWgmma || mode == kFa3; }
+bool on_wgmma(int mode) { return mode == kWgmma || mode == kFa3 || mode == kFa3Ahead; }
 
 // argv[1]: "mma" (the mma.sync shapes), "wgmma" (the wgmma ones, checked against the serial mma.sync tree), or none
 int main(int argc, char ** argv) {

@@ -164,7 +164,7 @@ __device__ __forceinline__ void rescale_o(float (&o)[D / 8][4], const float (&co
 }
 
 template <int KT>
-__device__ __forceinline__ void online_softmax(float (&s)[KT / 8][4], float (&m)[2], float (&l)[2],
+__device__ __forceinline__ void online_softmax(const float (&s)[KT / 8][4], float (&m)[2], float (&l)[2],
                                                float (&o)[D / 8][4], unsigned (&pa)[KT / 16][4], float scale_log2) {
     float corr[2];
     softmax_p<KT>(s, m, l, pa, corr, scale_log2);
@@ -193,7 +193,8 @@ __device__ __forceinline__ void store_partial(float * part, int r0, const float 
 // rows copied straight into two f16 stages (kF16: one barrier a tile, no conversion); Q4_0 rows copied and converted
 // by 2 producer warps into two f16 stages while the NW consumer warps compute the tile before (kProducers: one
 // barrier a tile, the conversion off the consumers' path); on wgmma (Hopper), Q4_0 converted as kSerial does
-// (kWgmma: probe_attn_wg) or by a producer warpgroup (kFa3: probe_attn_fa3).
+// (kWgmma: probe_attn_wg) or by a producer warpgroup (kFa3: probe_attn_fa3; kFa3Ahead: with the next tile's S issued
+// before this tile's softmax).
 enum Mode { kSerial, kF16, kProducers, kWgmma, kFa3, kFa3Ahead };
 constexpr int kProducerWarps = 2;
 const char * mode_name(int mode) {
@@ -426,7 +427,7 @@ __device__ __forceinline__ void wg_s(const uint8_t * q_sh, const uint8_t * kv, f
 // kDrain: the softmax's P half runs while the newest wgmma group (the next tile's S) does, which is waited for before
 // O is rescaled (ptxas serializes wgmma where ordinary instructions write an accumulator with a group in flight)
 template <int kTile, bool kDrain = false>
-__device__ __forceinline__ void wg_pv(const uint8_t * kv, float (&s)[kTile / 8][4], float (&o)[D / 8][4],
+__device__ __forceinline__ void wg_pv(const uint8_t * kv, const float (&s)[kTile / 8][4], float (&o)[D / 8][4],
                                       float (&m)[2], float (&l)[2], float scale_log2) {
     constexpr unsigned kLbo = kTile / 8 * 128;
     const uint8_t * v_sh = kv + kTile * D * 2;
@@ -695,8 +696,9 @@ struct Shape {
 // where two or three blocks fit a multiprocessor's shared memory (for 2 blocks of 5 warps nvcc 13.0 caps the
 // registers at 168 and spills ~60 bytes a thread; 2 blocks of 3 warps compile to 219-223 registers, no spills); and
 // the wgmma warpgroup (Hopper), 64 rows a block: a tree in 3 blocks, one query in 1, the same block for both; and
-// FlashAttention-3's shape (a producer warpgroup, 1 or 2 consumer warpgroups: m-tiles 4 or 8; with 1, also the next
-// tile's S ahead of this tile's softmax: 247-255 registers and 76-196 bytes of spills at nvcc 13.0)
+// FlashAttention-3's shape (a producer warpgroup, 1 or 2 consumer warpgroups: m-tiles 4 or 8; with 1 and 32-key
+// tiles, also the next tile's S ahead of this tile's softmax: 64-key tiles there run out of registers, and ptxas
+// serializes the wgmma: C7512)
 const Shape kShapes[] = {
     SHAPE(5, kSerial, 64, 1, 23), SHAPE(5, kProducers, 64, 1, 23), SHAPE(5, kF16, 64, 1, 23),
     SHAPE(3, kProducers, 64, 1, 23),
@@ -704,12 +706,12 @@ const Shape kShapes[] = {
     SHAPE(3, kSerial, 32, 2, 23), SHAPE(3, kF16, 32, 2, 23),
     SHAPE(4, kWgmma, 64, 1, 23), SHAPE(4, kWgmma, 32, 2, 23),
     SHAPE(8, kFa3, 32, 1, 23), SHAPE(4, kFa3, 32, 1, 23), SHAPE(4, kFa3, 64, 1, 23),
-    SHAPE(4, kFa3Ahead, 32, 1, 23), SHAPE(4, kFa3Ahead, 64, 1, 23),
+    SHAPE(4, kFa3Ahead, 32, 1, 23),
     SHAPE(4, kSerial, 64, 1, 1), SHAPE(4, kProducers, 64, 1, 1), SHAPE(4, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 64, 2, 1), SHAPE(1, kProducers, 64, 1, 1), SHAPE(1, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 32, 3, 1), SHAPE(1, kProducers, 32, 2, 1), SHAPE(1, kF16, 32, 3, 1),
     SHAPE(4, kWgmma, 64, 1, 1), SHAPE(4, kWgmma, 32, 2, 1), SHAPE(4, kFa3, 32, 1, 1), SHAPE(4, kFa3, 64, 1, 1),
-    SHAPE(4, kFa3Ahead, 64, 1, 1),
+    SHAPE(4, kFa3Ahead, 32, 1, 1),
 };
 #undef SHAPE
 

@@ -18,13 +18,18 @@
 // block of 4 warps (3 idle in the math) or of 1; 32-key tiles, where 2 tree blocks or 3 one-query blocks fit a
 // multiprocessor; and on Hopper a warpgroup of 64 rows on wgmma (probe_attn_wg: the MMA pipe asynchronous and
 // ~1.8x mma.sync's rate, wgmma_check), the same block for a tree and for one query, and FlashAttention-3's shape
-// around it (a producer warpgroup converting a tile ahead, 1 or 2 consumer warpgroups). Checks each tile length against
-// a CPU reference (double) and every shape bit for bit against the others at 2K keys, then times each shape at 4K /
-// 32K / 128K keys (23 queries, or one), with its registers, spills and blocks a multiprocessor.
+// around it (a producer warpgroup converting a tile ahead, 1 or 2 consumer warpgroups), with its variants (Fa3): the
+// producer threads owning a K or V row each, loaded into registers a tile ahead (the fastest: ~300 us for the tree at
+// 128K, ~115 for one query, twenty-ninth session), 1 or 2 producer warpgroups, 3 stages, raw rows through a cp.async
+// ring, and timing-only cuts (no conversion, no consumer math) that say which side bounds a tile. Checks each tile
+// length against a CPU reference (double) and every shape bit for bit against the others at 2K keys, then times each
+// shape at 4K / 32K / 128K keys (23 queries, or one), with its registers, spills and blocks a multiprocessor, and the
+// best shape at fixed segment lengths (what a kernel whose bits cannot depend on the call would take). `profile`
+// runs two shapes a few times for Nsight Compute.
 // A 64-key tree block takes 147-214 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a
 // real kernel would take 32-key tiles there).
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/kernels/tree_attn_probe.cu -o tree_attn_probe
-//   (or -arch=sm_80 and up, without the wgmma shapes)
+//   (or -arch=sm_80 and up, without the wgmma shapes); -DPROBE_LEAN=0: the softmax of the twenty-eighth session
 //   (`run.sh probe` runs it.)
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -83,12 +88,8 @@ __device__ __forceinline__ unsigned pack2(float x, float y) {
 // bits __int2half_rn + __hmul2 give, in ~2 instructions a value instead of two conversions (the first version of this
 // probe converted that way: Q4_0 ~300 us over F16 at 128K, H100, twenty-eighth session).
 // dst: values 8 j .. 8 j + 7 at dst + j stride bytes (16: contiguous)
-__device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, uint8_t * dst, int stride) {
-    const unsigned odd = unsigned(uintptr_t(src)) & 2;
-    const unsigned * w = (const unsigned *) (src - odd);
-    unsigned wv[5];
-#pragma unroll
-    for (int i = 0; i < 5; ++i) wv[i] = w[i];
+// (q4_0_words_to_f16: the block already in registers, as the 5 words around it; odd: it starts 2 bytes into the first)
+__device__ __forceinline__ void q4_0_words_to_f16(const unsigned (&wv)[5], unsigned odd, uint8_t * dst, int stride) {
     const unsigned d_bits = __byte_perm(wv[0], 0, odd ? 0x3232 : 0x1010);
     const half2 d2 = *(const half2 *) &d_bits, off = __float2half2_rn(1032.0f);
     unsigned out[16];
@@ -111,6 +112,23 @@ __device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, uint8_t * dst, 
         *(uint4 *) (dst + i * stride) = make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
     }
 }
+__device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, uint8_t * dst, int stride) {
+    const unsigned odd = unsigned(uintptr_t(src)) & 2;
+    const unsigned * w = (const unsigned *) (src - odd);
+    unsigned wv[5];
+#pragma unroll
+    for (int i = 0; i < 5; ++i) wv[i] = w[i];
+    q4_0_words_to_f16(wv, odd, dst, stride);
+}
+
+#ifndef PROBE_LEAN
+#define PROBE_LEAN 1  // the softmax in fewer instructions (its own bits: every shape here shares it)
+#endif
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
 
 // One tile's online softmax for a warp's 16 rows (log2 units): rows gid (h 0) and gid + 8 (h 1) of the S fragments
 // (m16n8 accumulators, n-tile nt's 4 values in s[nt]: mma.sync's, and wgmma's D n-tile by n-tile), each row over the
@@ -119,6 +137,30 @@ __device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, uint8_t * dst, 
 template <int KT>
 __device__ __forceinline__ void softmax_p(const float (&acc)[KT / 8][4], float (&m)[2], float (&l)[2],
                                           unsigned (&pa)[KT / 16][4], float (&corr)[2], float scale_log2) {
+#if PROBE_LEAN
+    // the row max of the raw scores, scaled once (rounding is monotonic: the same as the max of the scaled ones), and
+    // each P as ex2.approx.ftz of one FFMA: 2 instructions a score where the plain form takes 4 and exp2f's fixups
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int nt = 0; nt < KT / 8; ++nt) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) mx[e / 2] = fmaxf(mx[e / 2], acc[nt][e]);
+    }
+    float rs[2] = {0.0f, 0.0f};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 1));
+        mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 2));
+        mx[h] = fmaxf(m[h], mx[h] * scale_log2);
+        corr[h] = ex2_ftz(m[h] - mx[h]);  // 0 on the first tile (m = -inf)
+        m[h] = mx[h];
+    }
+    const float nm[2] = {-m[0], -m[1]};
+#pragma unroll
+    for (int nt = 0; nt < KT / 8; ++nt) {
+        const float p0 = ex2_ftz(fmaf(acc[nt][0], scale_log2, nm[0])), p1 = ex2_ftz(fmaf(acc[nt][1], scale_log2, nm[0]));
+        const float p2 = ex2_ftz(fmaf(acc[nt][2], scale_log2, nm[1])), p3 = ex2_ftz(fmaf(acc[nt][3], scale_log2, nm[1]));
+#else
     float mx[2] = {m[0], m[1]}, s[KT / 8][4];  // S scaled, apart from the accumulators (wgmma may own them)
 #pragma unroll
     for (int nt = 0; nt < KT / 8; ++nt) {
@@ -140,6 +182,7 @@ __device__ __forceinline__ void softmax_p(const float (&acc)[KT / 8][4], float (
     for (int nt = 0; nt < KT / 8; ++nt) {
         const float p0 = exp2f(s[nt][0] - m[0]), p1 = exp2f(s[nt][1] - m[0]);
         const float p2 = exp2f(s[nt][2] - m[1]), p3 = exp2f(s[nt][3] - m[1]);
+#endif
         rs[0] += p0 + p1;
         rs[1] += p2 + p3;
         pa[nt / 2][(nt % 2) * 2 + 0] = pack2(p0, p1);
@@ -154,6 +197,11 @@ __device__ __forceinline__ void softmax_p(const float (&acc)[KT / 8][4], float (
 }
 
 __device__ __forceinline__ void rescale_o(float (&o)[D / 8][4], const float (&corr)[2]) {
+#if PROBE_LEAN
+    // no row of the warp's max moved: O times 1 is O (bit for bit), so the 128 multiplies are skipped (at depth,
+    // nearly every tile)
+    if (__all_sync(0xFFFFFFFF, corr[0] == 1.0f && corr[1] == 1.0f)) return;
+#endif
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) {
         o[nt][0] *= corr[0];
@@ -195,21 +243,61 @@ __device__ __forceinline__ void store_partial(float * part, int r0, const float 
 // barrier a tile, the conversion off the consumers' path); on wgmma (Hopper), Q4_0 converted as kSerial does
 // (kWgmma: probe_attn_wg) or by a producer warpgroup (kFa3: probe_attn_fa3; kFa3Ahead: with the next tile's S issued
 // before this tile's softmax).
-enum Mode { kSerial, kF16, kProducers, kWgmma, kFa3, kFa3Ahead };
+// kFa3NoConvert / kFa3NoMath: kFa3 with the producer's conversion / the consumers' MMAs and softmax left out, timed
+// only (their output is meaningless): which side of the block bounds a tile.
+// kFa3Regs: kFa3 with each producer thread loading one K or V row of the next tile into registers (no raw slots in
+// shared memory, no bank conflicts reading them back, no barrier among the producers) and converting it from there.
+// kFa3Regs3: with 3 stages (one consumer warpgroup: 224 KB of shared memory); kFa3RegsNoMath: timing only.
+// kFa3Regs2P: two register producer warpgroups taking the tiles (and the 2 stages) in turn. kFa3Ring: the register
+// producer's rows through a ring of raw slots (cp.async, 3 slots); kFa3Ring2P: 2 producers, 1 slot each.
+// (fa3_of reads the order: the FA3 shapes from kFa3 on, the register producers from kFa3Regs on)
+enum Mode { kSerial, kF16, kProducers, kWgmma, kFa3, kFa3Ahead, kFa3NoConvert, kFa3NoMath, kFa3Regs, kFa3Regs3,
+            kFa3RegsNoMath, kFa3Regs2P, kFa3Ring, kFa3Ring2P };
 constexpr int kProducerWarps = 2;
 const char * mode_name(int mode) {
     return mode == kF16 ? "f16" : mode == kSerial ? "q4_0 serial" : mode == kProducers ? "q4_0 producers"
          : mode == kWgmma ? "q4_0 wgmma" : mode == kFa3 ? "q4_0 wgmma + producer warpgroup"
+         : mode == kFa3NoConvert ? "(timing) wgmma + producer warpgroup, no conversion"
+         : mode == kFa3NoMath ? "(timing) wgmma + producer warpgroup, no consumer math"
+         : mode == kFa3Regs ? "q4_0 wgmma + producer warpgroup from registers"
+         : mode == kFa3Regs3 ? "q4_0 wgmma + producer warpgroup from registers, 3 stages"
+         : mode == kFa3Regs2P ? "q4_0 wgmma + 2 producer warpgroups from registers"
+         : mode == kFa3Ring ? "q4_0 wgmma + producer warpgroup, raw ring of 3"
+         : mode == kFa3Ring2P ? "q4_0 wgmma + 2 producer warpgroups, raw slot each"
+         : mode == kFa3RegsNoMath ? "(timing) wgmma + producer warpgroup from registers, no consumer math"
          : "q4_0 wgmma + producer warpgroup, S ahead";
 }
+// How an FA3-shaped mode builds its block: producer warpgroups; f16 stages; whether a producer thread converts one row
+// from registers (else the warpgroup converts raw slots block by block); the raw slots a register producer copies its
+// rows through (0: loaded straight into registers); S ahead; and the timing-only cuts.
+struct Fa3 {
+    int producers = 1, stages = 2;
+    bool regs = false;
+    int ring = 0;
+    bool ahead = false, no_convert = false, no_math = false;
+};
+__host__ __device__ constexpr bool is_fa3(int mode) { return mode >= kFa3; }
+__host__ __device__ constexpr Fa3 fa3_of(int mode) {
+    Fa3 f;
+    f.ahead = mode == kFa3Ahead;
+    f.no_convert = mode == kFa3NoConvert;
+    f.no_math = mode == kFa3NoMath || mode == kFa3RegsNoMath;
+    f.regs = mode >= kFa3Regs;
+    f.stages = mode == kFa3Regs3 ? 3 : 2;
+    f.producers = mode == kFa3Regs2P || mode == kFa3Ring2P ? 2 : 1;
+    f.ring = mode == kFa3Ring ? 3 : mode == kFa3Ring2P ? 1 : 0;
+    return f;
+}
 __host__ __device__ constexpr int producer_warps(int mode) {
-    return mode == kProducers ? kProducerWarps : mode == kFa3 || mode == kFa3Ahead ? 4 : 0;
+    return mode == kProducers ? kProducerWarps : is_fa3(mode) ? 4 * fa3_of(mode).producers : 0;
 }
 
 size_t smem_bytes(int nw, int mode, int kt) {
-    if (mode == kWgmma || mode == kFa3 || mode == kFa3Ahead) {  // Q; one (two) f16 stages of K and V; 2 raw slots
-        const size_t stages = mode == kWgmma ? 1 : 2;
-        return size_t(nw) * 16 * D * 2 + stages * 2 * size_t(kt) * D * 2 + 2 * 2 * size_t(kt) * kRowBytes;
+    if (mode == kWgmma || is_fa3(mode)) {  // Q; one (two) f16 stages of K and V; 2 raw slots
+        const Fa3 f = fa3_of(mode);
+        const size_t stages = mode == kWgmma ? 1 : f.stages;
+        const size_t raw = (!f.regs ? 2 : f.ring * f.producers) * 2 * size_t(kt) * kRowBytes;
+        return size_t(nw) * 16 * D * 2 + stages * 2 * size_t(kt) * D * 2 + raw;
     }
     const size_t q = size_t(nw) * 16 * kLd * 2, tile = 2 * size_t(kt) * kLd * 2;  // Q; a K and a V f16 tile
     const size_t raw = 2 * 2 * size_t(kt) * kRowBytes;                            // 2 slots of K and V rows
@@ -424,23 +512,29 @@ __device__ __forceinline__ void wg_s(const uint8_t * q_sh, const uint8_t * kv, f
     }
     wgmma_commit();
 }
-// kDrain: the softmax's P half runs while the newest wgmma group (the next tile's S) does, which is waited for before
-// O is rescaled (ptxas serializes wgmma where ordinary instructions write an accumulator with a group in flight)
-template <int kTile, bool kDrain = false>
-__device__ __forceinline__ void wg_pv(const uint8_t * kv, const float (&s)[kTile / 8][4], float (&o)[D / 8][4],
-                                      float (&m)[2], float (&l)[2], float scale_log2) {
+// O += P V (m64n256k16, P from registers, keys in order) issued as one group
+template <int kTile>
+__device__ __forceinline__ void wg_pv_issue(const uint8_t * kv, const unsigned (&pa)[kTile / 16][4],
+                                            float (&o)[D / 8][4]) {
     constexpr unsigned kLbo = kTile / 8 * 128;
     const uint8_t * v_sh = kv + kTile * D * 2;
-    unsigned pa[kTile / 16][4];
-    float corr[2];
-    softmax_p<kTile>(s, m, l, pa, corr, scale_log2);
-    if constexpr (kDrain) wgmma_wait<0>();
-    rescale_o(o, corr);
     float (&o_flat)[D / 2] = *reinterpret_cast<float (*)[D / 2]>(&o[0][0]);
     wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kTile / 16; ++j) wgmma_rs<1>(o_flat, pa[j], wgmma_desc(v_sh + j * 2 * 128, 128, kLbo), 1);
     wgmma_commit();
+}
+// kDrain: the softmax's P half runs while the newest wgmma group (the next tile's S) does, which is waited for before
+// O is rescaled (ptxas serializes wgmma where ordinary instructions write an accumulator with a group in flight)
+template <int kTile, bool kDrain = false>
+__device__ __forceinline__ void wg_pv(const uint8_t * kv, const float (&s)[kTile / 8][4], float (&o)[D / 8][4],
+                                      float (&m)[2], float (&l)[2], float scale_log2) {
+    unsigned pa[kTile / 16][4];
+    float corr[2];
+    softmax_p<kTile>(s, m, l, pa, corr, scale_log2);
+    if constexpr (kDrain) wgmma_wait<0>();
+    rescale_o(o, corr);
+    wg_pv_issue<kTile>(kv, pa, o);
 }
 // the two halves one after the other
 template <int kTile>
@@ -505,20 +599,30 @@ __device__ __forceinline__ void named_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
-template <int kNc, int kTile, bool kAhead>
-__global__ void __launch_bounds__((kNc + 1) * 128, 1)
+template <int kNc, int kTile, int kMode>
+__global__ void __launch_bounds__((kNc + fa3_of(kMode).producers) * 128, 1)
 probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
                int seg_tiles, float scale_log2) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-    constexpr int kProducerRegs = 56, kConsumerRegs = 224;
+    constexpr Fa3 kF = fa3_of(kMode);
+    constexpr bool kRegs = kF.regs, kAhead = kF.ahead;
+    constexpr int kStages = kF.stages, kNp = kF.producers, kRing = kF.ring;
+    // a register producer holds two tiles' rows (72 registers): more for it, less for the consumers
+    // (two register producers with one consumer warpgroup: 120 / 240; two consumers and two producers do not compile:
+    // ptxas allocates within the launch bounds, 128 registers at 512 threads, whatever setmaxnreg says)
+    constexpr int kProducerRegs = !kRegs ? 56 : kNp == 1 ? 104 : kNc == 1 ? 120 : 88;
+    constexpr int kConsumerRegs = !kRegs ? 224 : kNp == 1 ? 200 : kNc == 1 ? 240 : 168;
     // named barriers (0 is __syncthreads's); full and empty: one a stage
-    constexpr int kBarProducers = 1, kBarFull = 2, kBarEmpty = 4;
-    constexpr int kRows = 64 * kNc, kAll = (kNc + 1) * 128;
+    constexpr int kBarProducers = 1, kBarFull = 2, kBarEmpty = 2 + kStages;
+    static_assert(kStages == 2 || (kRegs && !kAhead), "3 stages: the register producer, not the S-ahead loop");
+    // kAll: the block; kPair: a stage's barrier (the consumers and the one producer warpgroup that fills it)
+    constexpr int kRows = 64 * kNc, kAll = (kNc + kNp) * 128, kPair = (kNc + 1) * 128;
+    static_assert(kNp == 1 || (kRegs && kStages >= kNp), "producer warpgroups take the tiles in turn");
     constexpr unsigned kStageBytes = 2 * kTile * D * 2;  // K, then V
     extern __shared__ uint4 smem_u4[];
     uint8_t * q_sh = (uint8_t *) smem_u4;         // [kNc][64 rows x D]
     uint8_t * kv_sh = q_sh + kNc * kWgQBytes;     // [2 stages][K, V][kTile x D]
-    uint8_t * raw_sh = kv_sh + 2 * kStageBytes;   // [2 slots][K, V][kTile][kRowBytes]
+    uint8_t * raw_sh = kv_sh + kStages * kStageBytes;  // [2 slots][K, V][kTile][kRowBytes]
     const int kvh = blockIdx.x % HKV, grp = blockIdx.x / HKV % n_grp, seg = blockIdx.x / (HKV * n_grp);
     const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32;
     const int row0 = grp * kRows, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
@@ -527,6 +631,89 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
     fence_proxy_async();
     __syncthreads();
 
+    if (wg >= kNc && kRegs) {  // producer warpgroup pw: tiles pw, pw + kNp, ..; thread wtid one row (K keys, then V)
+        static_assert(!kRegs || kTile == 64, "a row a producer thread: 2 x 64 rows");
+        if constexpr (kNc + kNp > 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+        const int pw = wg - kNc;
+        constexpr size_t kStride = size_t(HKV) * kRowBytes;
+        constexpr unsigned kLbo = kTile / 8 * 128;
+        const int which = wtid / kTile, key = wtid % kTile;
+        const uint8_t * base = (which ? v : k) + size_t(kvh) * kRowBytes + size_t(key) * kStride;
+        unsigned cur[kRowBytes / 4], nxt[kRowBytes / 4];
+        if constexpr (kRing > 0) {
+            // the rows copied whole-tile by cp.async (consecutive threads, consecutive 16 bytes: coalesced, past L1)
+            // into this warpgroup's ring of kRing raw slots, kRing - 1 of its tiles ahead; each thread then reads its
+            // own row back as 9 16-byte loads (rows 144 bytes apart: 8 threads cover the 32 banks, no conflicts)
+            constexpr int kRawTile = 2 * kTile * kRowBytes, kBarRing = 8;
+            uint8_t * ring = raw_sh + pw * kRing * kRawTile;
+            auto issue = [&](int i, int slot) {
+                if (i < n_local) {
+                    wg_issue<kTile>(k, v, ring + slot * kRawTile, t0 + i, kvh, wtid, 128);
+                } else {
+                    cp_commit();  // an empty group keeps the count wait_group relies on
+                }
+            };
+#pragma unroll
+            for (int u = 0; u < kRing - 1; ++u) issue(pw + u * kNp, u);
+            for (int i = pw, u = 0; i < n_local; i += kNp, ++u) {
+                const int stage = i % kStages;
+                if constexpr (kRing == 1) {
+                    named_sync(kBarRing + pw, 128);  // every thread done reading the slot (the last tile)
+                    issue(i, 0);
+                    cp_wait_all();
+                } else {
+                    asm volatile("cp.async.wait_group %0;\n" ::"n"(kRing - 2) : "memory");
+                }
+                named_sync(kBarRing + pw, 128);  // tile i's rows in for all; (kRing > 1) slot u - 1 read by all
+                if constexpr (kRing > 1) issue(i + (kRing - 1) * kNp, (u + kRing - 1) % kRing);
+                const uint4 * row = (const uint4 *) (ring + (u % kRing) * kRawTile + (which * kTile + key) * kRowBytes);
+#pragma unroll
+                for (int j = 0; j < kRowBytes / 16; ++j) {
+                    const uint4 x = row[j];
+                    cur[4 * j] = x.x, cur[4 * j + 1] = x.y, cur[4 * j + 2] = x.z, cur[4 * j + 3] = x.w;
+                }
+                if (i >= kStages) named_sync(kBarEmpty + stage, kPair);
+                uint8_t * dst = kv_sh + stage * kStageBytes + which * kTile * D * 2 + (key / 8) * 128 + (key % 8) * 16;
+#pragma unroll
+                for (int qb = 0; qb < D / 32; ++qb) {
+                    unsigned wv[5];
+#pragma unroll
+                    for (int j = 0; j < 5; ++j) wv[j] = cur[18 * qb / 4 + j];
+                    q4_0_words_to_f16(wv, (qb & 1) * 2, dst + 4 * qb * kLbo, kLbo);
+                }
+                fence_proxy_async();
+                named_arrive(kBarFull + stage, kPair);
+            }
+            return;
+        }
+        auto load = [&](unsigned (&r)[kRowBytes / 4], int t) {
+            const uint4 * p = (const uint4 *) (base + size_t(t) * kTile * kStride);
+#pragma unroll
+            for (int j = 0; j < kRowBytes / 16; ++j) {
+                const uint4 x = __ldg(p + j);
+                r[4 * j] = x.x, r[4 * j + 1] = x.y, r[4 * j + 2] = x.z, r[4 * j + 3] = x.w;
+            }
+        };
+        if (pw < n_local) load(cur, t0 + pw);
+        for (int i = pw; i < n_local; i += kNp) {
+            const int stage = i % kStages;
+            if (i + kNp < n_local) load(nxt, t0 + i + kNp);
+            if (i >= kStages) named_sync(kBarEmpty + stage, kPair);  // the consumers are done with its last tile
+            uint8_t * dst = kv_sh + stage * kStageBytes + which * kTile * D * 2 + (key / 8) * 128 + (key % 8) * 16;
+#pragma unroll
+            for (int qb = 0; qb < D / 32; ++qb) {  // block qb: bytes 18 qb .., at word 18 qb / 4, odd qb 2 bytes in
+                unsigned wv[5];
+#pragma unroll
+                for (int j = 0; j < 5; ++j) wv[j] = cur[18 * qb / 4 + j];
+                q4_0_words_to_f16(wv, (qb & 1) * 2, dst + 4 * qb * kLbo, kLbo);
+            }
+            fence_proxy_async();
+            named_arrive(kBarFull + stage, kPair);
+#pragma unroll
+            for (int j = 0; j < kRowBytes / 4; ++j) cur[j] = nxt[j];
+        }
+        return;
+    }
     if (wg == kNc) {  // the producer warpgroup
         if constexpr (kNc > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
         if (n_local > 0) wg_issue<kTile>(k, v, raw_sh, t0, kvh, wtid, 128);
@@ -539,26 +726,31 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
                 cp_wait_all();
             }
             named_sync(kBarProducers, 128);                  // tile i's raw rows in, for all producer threads
-            if (i >= 2) named_sync(kBarEmpty + stage, kAll);  // the consumers are done with tile i - 2's stage
-            wg_convert<kTile>(raw_sh + (i & 1) * 2 * kTile * kRowBytes, kv_sh + stage * kStageBytes, wtid, 128);
+            if (i >= 2) named_sync(kBarEmpty + stage, kPair);  // the consumers are done with tile i - 2's stage
+            if constexpr (!kF.no_convert) {
+                wg_convert<kTile>(raw_sh + (i & 1) * 2 * kTile * kRowBytes, kv_sh + stage * kStageBytes, wtid, 128);
+            }
             fence_proxy_async();
-            named_arrive(kBarFull + stage, kAll);
+            named_arrive(kBarFull + stage, kPair);
             named_sync(kBarProducers, 128);  // all producers done reading raw slot i & 1 (tile i + 2 lands there)
         }
         return;
     }
-    if constexpr (kNc > 1) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    if constexpr (kNc + kNp > 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
     float o[D / 8][4];
 #pragma unroll
     for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
     const uint8_t * qc = q_sh + wg * kWgQBytes;
+    const bool live = wg * 64 < rows;  // a warpgroup past the last row only keeps the barriers' counts
     if constexpr (!kAhead) {
         for (int i = 0; i < n_local; ++i) {
-            const int stage = i & 1;
-            named_sync(kBarFull + stage, kAll);  // the producer filled this stage with tile i
-            wg_tile<kTile>(qc, kv_sh + stage * kStageBytes, o, m, l, scale_log2);
-            if (i + 2 < n_local) named_arrive(kBarEmpty + stage, kAll);  // the producer waits for it before tile i + 2
+            const int stage = i % kStages;
+            named_sync(kBarFull + stage, kPair);  // the producer filled this stage with tile i
+            if (!kF.no_math && live) {
+                wg_tile<kTile>(qc, kv_sh + stage * kStageBytes, o, m, l, scale_log2);
+            }
+            if (i + kStages < n_local) named_arrive(kBarEmpty + stage, kPair);  // the producer's next tile here waits
         }
     } else {
         // S of tile i + 1 issued before tile i's softmax, so the tensor cores run it while the softmax does its math
@@ -567,7 +759,7 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
         float sa[kTile / 8][4], sb[kTile / 8][4];
         auto step = [&](float (&cur)[kTile / 8][4], float (&next)[kTile / 8][4], int i) {
             if (i + 1 < n_local) {
-                named_sync(kBarFull + ((i + 1) & 1), kAll);
+                named_sync(kBarFull + ((i + 1) & 1), kPair);
                 wg_s<kTile>(qc, kv_sh + ((i + 1) & 1) * kStageBytes, next);
                 wgmma_wait<1>();  // tile i's S done; tile i + 1's may run on
             } else {
@@ -579,10 +771,10 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
                 wg_pv<kTile>(kv_sh + (i & 1) * kStageBytes, cur, o, m, l, scale_log2);
             }
             wgmma_wait<0>();
-            if (i + 2 < n_local) named_arrive(kBarEmpty + (i & 1), kAll);
+            if (i + 2 < n_local) named_arrive(kBarEmpty + (i & 1), kPair);
         };
         if (n_local > 0) {
-            named_sync(kBarFull, kAll);
+            named_sync(kBarFull, kPair);
             wg_s<kTile>(qc, kv_sh, sa);
         }
         for (int i = 0; i < n_local; i += 2) {
@@ -643,8 +835,8 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
     auto * kernel = [] {
         if constexpr (kMode == kWgmma) {
             return probe_attn_wg<KT, MINB>;
-        } else if constexpr (kMode == kFa3 || kMode == kFa3Ahead) {
-            return probe_attn_fa3<NW / 4, KT, kMode == kFa3Ahead>;
+        } else if constexpr (is_fa3(kMode)) {
+            return probe_attn_fa3<NW / 4, KT, kMode>;
         } else {
             return probe_attn<NW, kMode, KT, MINB>;
         }
@@ -698,7 +890,8 @@ struct Shape {
 // the wgmma warpgroup (Hopper), 64 rows a block: a tree in 3 blocks, one query in 1, the same block for both; and
 // FlashAttention-3's shape (a producer warpgroup, 1 or 2 consumer warpgroups: m-tiles 4 or 8; with 1 and 32-key
 // tiles, also the next tile's S ahead of this tile's softmax: 64-key tiles there run out of registers, and ptxas
-// serializes the wgmma: C7512)
+// serializes the wgmma: C7512), its timing-only cuts, and its register-producer variants at 64-key tiles (2 consumer
+// warpgroups with 2 producers do not compile: 128 registers at 512 threads)
 const Shape kShapes[] = {
     SHAPE(5, kSerial, 64, 1, 23), SHAPE(5, kProducers, 64, 1, 23), SHAPE(5, kF16, 64, 1, 23),
     SHAPE(3, kProducers, 64, 1, 23),
@@ -706,12 +899,16 @@ const Shape kShapes[] = {
     SHAPE(3, kSerial, 32, 2, 23), SHAPE(3, kF16, 32, 2, 23),
     SHAPE(4, kWgmma, 64, 1, 23), SHAPE(4, kWgmma, 32, 2, 23),
     SHAPE(8, kFa3, 32, 1, 23), SHAPE(4, kFa3, 32, 1, 23), SHAPE(4, kFa3, 64, 1, 23),
-    SHAPE(4, kFa3Ahead, 32, 1, 23),
+    SHAPE(4, kFa3Ahead, 32, 1, 23), SHAPE(4, kFa3NoConvert, 64, 1, 23), SHAPE(4, kFa3NoMath, 64, 1, 23),
+    SHAPE(4, kFa3Regs, 64, 1, 23), SHAPE(8, kFa3Regs, 64, 1, 23), SHAPE(4, kFa3Regs3, 64, 1, 23),
+    SHAPE(4, kFa3RegsNoMath, 64, 1, 23), SHAPE(4, kFa3Regs2P, 64, 1, 23), SHAPE(4, kFa3Ring, 64, 1, 23),
+    SHAPE(4, kFa3Ring2P, 64, 1, 23),
     SHAPE(4, kSerial, 64, 1, 1), SHAPE(4, kProducers, 64, 1, 1), SHAPE(4, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 64, 2, 1), SHAPE(1, kProducers, 64, 1, 1), SHAPE(1, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 32, 3, 1), SHAPE(1, kProducers, 32, 2, 1), SHAPE(1, kF16, 32, 3, 1),
     SHAPE(4, kWgmma, 64, 1, 1), SHAPE(4, kWgmma, 32, 2, 1), SHAPE(4, kFa3, 32, 1, 1), SHAPE(4, kFa3, 64, 1, 1),
-    SHAPE(4, kFa3Ahead, 32, 1, 1),
+    SHAPE(4, kFa3Ahead, 32, 1, 1), SHAPE(4, kFa3Regs, 64, 1, 1), SHAPE(4, kFa3Regs3, 64, 1, 1),
+    SHAPE(4, kFa3Regs2P, 64, 1, 1), SHAPE(4, kFa3Ring, 64, 1, 1), SHAPE(4, kFa3Ring2P, 64, 1, 1),
 };
 #undef SHAPE
 
@@ -728,13 +925,17 @@ Run run_case(const Case & c, const half * q, const uint8_t * k, const uint8_t * 
     std::exit(2);
 }
 
-bool on_wgmma(int mode) { return mode == kWgmma || mode == kFa3 || mode == kFa3Ahead; }
+bool on_wgmma(int mode) { return mode == kWgmma || is_fa3(mode); }
+bool timing_only(int mode) { return fa3_of(mode).no_convert || fa3_of(mode).no_math; }
 
 // argv[1]: "mma" (the mma.sync shapes), "wgmma" (the wgmma ones, checked against the serial mma.sync tree), or none
 int main(int argc, char ** argv) {
     const char * only = argc > 1 ? argv[1] : "";
-    if (*only && std::strcmp(only, "mma") != 0 && std::strcmp(only, "wgmma") != 0) {
-        std::fprintf(stderr, "usage: tree_attn_probe [mma|wgmma]\n");
+    // profile: the first FA3 shape and the two-producer one, 64-key tiles, a tree then one query, each at 128K and
+    // launched 3 times (two warm-ups), for ncu: probe_attn_fa3 launches 0-2, 3-5 (the trees), 6-8, 9-11
+    const bool profile = std::strcmp(only, "profile") == 0;
+    if (*only && std::strcmp(only, "mma") != 0 && std::strcmp(only, "wgmma") != 0 && !profile) {
+        std::fprintf(stderr, "usage: tree_attn_probe [mma|wgmma|profile]\n");
         return 2;
     }
     // a shape this run measures (the serial tree, every check's reference, runs either way)
@@ -805,6 +1006,17 @@ int main(int argc, char ** argv) {
     CHECK(cudaMemcpy(&built_wgmma, flag, sizeof(int), cudaMemcpyDeviceToHost));
     const bool hopper = major == 9 && built_wgmma;  // the wgmma shapes run (built for sm_90a, as run.sh does)
     if (!hopper) std::printf("(the wgmma shapes skipped: not an sm_90a build on a Hopper GPU)\n");
+    if (profile) {
+        for (const Shape & s : kShapes) {
+            const Config & g = s.cfg;
+            if ((g.mode != kFa3 && g.mode != kFa3Regs2P) || g.kt != 64 || !hopper) continue;
+            const int n_grp = (s.n_q * G + g.nw * 16 - 1) / (g.nw * 16), n_tiles = 131072 / g.kt;
+            const int want = std::min(n_sm / (HKV * n_grp), n_tiles);
+            const Run r = run_case({s.n_q, 131072, (n_tiles + want - 1) / want, g}, q, k, v, part, dst, 1);
+            std::printf("profile: %s, %d queries, 128K keys: %.1f us\n", mode_name(g.mode), s.n_q, r.attn_us);
+        }
+        return 0;
+    }
     auto run_get = [&](const Case & c) {
         const bool f16 = c.cfg.mode == kF16;
         run_case(c, q, f16 ? kf : k, f16 ? vf : v, part, dst, 1);
@@ -856,7 +1068,7 @@ int main(int argc, char ** argv) {
             const Config & g = s.cfg;
             if (g.kt != kt || (g.nw == ref.nw && g.mode == ref.mode && g.minb == ref.minb)) continue;
             const int n_q = s.n_q;
-            if ((on_wgmma(g.mode) && !hopper) || !wanted(g.mode)) continue;
+            if ((on_wgmma(g.mode) && !hopper) || !wanted(g.mode) || timing_only(g.mode)) continue;
             same_bits(g, n_q == 1 ? "one query == query 0 of the tree" : "23 queries == the serial tree",
                       run_get({n_q, kCheckKv, seg, g}), tree);
         }
@@ -885,6 +1097,25 @@ int main(int argc, char ** argv) {
                 std::printf("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %.1f | %.1f | %.1f |\n",
                             mode_name(g.mode), n_q, g.nw, g.kt, r.regs, r.local_bytes, r.blocks_per_sm, n_kv, n_seg,
                             n_seg * HKV * n_grp, r.attn_us, r.merge_us, r.attn_us + r.merge_us);
+            }
+        }
+    }
+    // A kernel whose bits may not depend on the call can fix its segment length only by the row's own depth, not by
+    // the wave the call fills: the best shape at fixed segment lengths (64-key tiles: 1,024 / 2,048 / 4,096 keys)
+    if (hopper && wanted(kFa3Regs2P)) {
+        std::printf("\n| fixed segments: cache, block | queries | keys | keys a segment | blocks | attention us | merge us | "
+                    "total us |\n|---|---|---|---|---|---|---|---|\n");
+        for (int n_q : {23, 1}) {
+            const Config g{4, kFa3Regs2P, 64, 1};
+            const int n_grp = (n_q * G + 63) / 64;
+            for (int n_kv : {4096, 32768, 131072}) {
+                for (int seg_tiles : {16, 32, 64}) {
+                    const int n_seg = (n_kv / 64 + seg_tiles - 1) / seg_tiles;
+                    if (n_seg > kMaxSeg) continue;
+                    const Run r = run_case({n_q, n_kv, seg_tiles, g}, q, k, v, part, dst, 20);
+                    std::printf("| %s | %d | %d | %d | %d | %.1f | %.1f | %.1f |\n", mode_name(g.mode), n_q, n_kv,
+                                seg_tiles * 64, n_seg * HKV * n_grp, r.attn_us, r.merge_us, r.attn_us + r.merge_us);
+                }
             }
         }
     }

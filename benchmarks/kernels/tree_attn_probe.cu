@@ -158,8 +158,10 @@ __device__ __forceinline__ void softmax_p(const float (&acc)[KT / 8][4], float (
     const float nm[2] = {-m[0], -m[1]};
 #pragma unroll
     for (int nt = 0; nt < KT / 8; ++nt) {
-        const float p0 = ex2_ftz(fmaf(acc[nt][0], scale_log2, nm[0])), p1 = ex2_ftz(fmaf(acc[nt][1], scale_log2, nm[0]));
-        const float p2 = ex2_ftz(fmaf(acc[nt][2], scale_log2, nm[1])), p3 = ex2_ftz(fmaf(acc[nt][3], scale_log2, nm[1]));
+        const float p0 = ex2_ftz(fmaf(acc[nt][0], scale_log2, nm[0]));
+        const float p1 = ex2_ftz(fmaf(acc[nt][1], scale_log2, nm[0]));
+        const float p2 = ex2_ftz(fmaf(acc[nt][2], scale_log2, nm[1]));
+        const float p3 = ex2_ftz(fmaf(acc[nt][3], scale_log2, nm[1]));
 #else
     float mx[2] = {m[0], m[1]}, s[KT / 8][4];  // S scaled, apart from the accumulators (wgmma may own them)
 #pragma unroll
@@ -196,14 +198,15 @@ __device__ __forceinline__ void softmax_p(const float (&acc)[KT / 8][4], float (
     }
 }
 
-__device__ __forceinline__ void rescale_o(float (&o)[D / 8][4], const float (&corr)[2]) {
+template <int NT>  // O's n-tiles of 8 dimensions a thread holds (D / 8, or half of them: a split-D warpgroup)
+__device__ __forceinline__ void rescale_o(float (&o)[NT][4], const float (&corr)[2]) {
 #if PROBE_LEAN
     // no row of the warp's max moved: O times 1 is O (bit for bit), so the 128 multiplies are skipped (at depth,
     // nearly every tile)
     if (__all_sync(0xFFFFFFFF, corr[0] == 1.0f && corr[1] == 1.0f)) return;
 #endif
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) {
+    for (int nt = 0; nt < NT; ++nt) {
         o[nt][0] *= corr[0];
         o[nt][1] *= corr[0];
         o[nt][2] *= corr[1];
@@ -220,15 +223,17 @@ __device__ __forceinline__ void online_softmax(const float (&s)[KT / 8][4], floa
 }
 
 // A warp's 16 rows from row r0 into part ([rows][D + 2]: O unnormalized, then the row's max m and its sum l)
-__device__ __forceinline__ void store_partial(float * part, int r0, const float (&o)[D / 8][4], const float (&m)[2],
-                                              const float (&l)[2]) {
+// (O's dimensions d0 .. d0 + 8 NT; a split-D warpgroup holds half)
+template <int NT>
+__device__ __forceinline__ void store_partial(float * part, int r0, const float (&o)[NT][4], const float (&m)[2],
+                                              const float (&l)[2], int d0 = 0) {
     const int lane = threadIdx.x % 32, gid = lane >> 2, tig = lane & 3;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
         float * out = part + size_t(r0 + gid + 8 * h) * (D + 2);
 #pragma unroll
-        for (int nt = 0; nt < D / 8; ++nt) {
-            *(float2 *) (out + nt * 8 + 2 * tig) = make_float2(o[nt][2 * h], o[nt][2 * h + 1]);
+        for (int nt = 0; nt < NT; ++nt) {
+            *(float2 *) (out + d0 + nt * 8 + 2 * tig) = make_float2(o[nt][2 * h], o[nt][2 * h + 1]);
         }
         if (tig == 0) {
             out[D] = m[h];
@@ -250,9 +255,12 @@ __device__ __forceinline__ void store_partial(float * part, int r0, const float 
 // kFa3Regs3: with 3 stages (one consumer warpgroup: 224 KB of shared memory); kFa3RegsNoMath: timing only.
 // kFa3Regs2P: two register producer warpgroups taking the tiles (and the 2 stages) in turn. kFa3Ring: the register
 // producer's rows through a ring of raw slots (cp.async, 3 slots); kFa3Ring2P: 2 producers, 1 slot each.
+// kFa3PingPong: the register producer and 2 consumer warpgroups taking the tensor cores in turn. kFa3SplitD: the
+// register producer and 2 consumer warpgroups on the same 64 rows, each computing S and the softmax (the same bits)
+// and O for half of V's dimensions (m64n128k16): twice the warps on each row's latency chain, half of O a thread.
 // (fa3_of reads the order: the FA3 shapes from kFa3 on, the register producers from kFa3Regs on)
 enum Mode { kSerial, kF16, kProducers, kWgmma, kFa3, kFa3Ahead, kFa3NoConvert, kFa3NoMath, kFa3Regs, kFa3Regs3,
-            kFa3RegsNoMath, kFa3Regs2P, kFa3Ring, kFa3Ring2P };
+            kFa3RegsNoMath, kFa3Regs2P, kFa3Ring, kFa3Ring2P, kFa3PingPong, kFa3SplitD };
 constexpr int kProducerWarps = 2;
 const char * mode_name(int mode) {
     return mode == kF16 ? "f16" : mode == kSerial ? "q4_0 serial" : mode == kProducers ? "q4_0 producers"
@@ -264,6 +272,8 @@ const char * mode_name(int mode) {
          : mode == kFa3Regs2P ? "q4_0 wgmma + 2 producer warpgroups from registers"
          : mode == kFa3Ring ? "q4_0 wgmma + producer warpgroup, raw ring of 3"
          : mode == kFa3Ring2P ? "q4_0 wgmma + 2 producer warpgroups, raw slot each"
+         : mode == kFa3PingPong ? "q4_0 wgmma ping-pong + producer warpgroup from registers"
+         : mode == kFa3SplitD ? "q4_0 wgmma split-D + producer warpgroup from registers"
          : mode == kFa3RegsNoMath ? "(timing) wgmma + producer warpgroup from registers, no consumer math"
          : "q4_0 wgmma + producer warpgroup, S ahead";
 }
@@ -274,7 +284,7 @@ struct Fa3 {
     int producers = 1, stages = 2;
     bool regs = false;
     int ring = 0;
-    bool ahead = false, no_convert = false, no_math = false;
+    bool ahead = false, no_convert = false, no_math = false, pingpong = false, split_d = false;
 };
 __host__ __device__ constexpr bool is_fa3(int mode) { return mode >= kFa3; }
 __host__ __device__ constexpr Fa3 fa3_of(int mode) {
@@ -286,7 +296,13 @@ __host__ __device__ constexpr Fa3 fa3_of(int mode) {
     f.stages = mode == kFa3Regs3 ? 3 : 2;
     f.producers = mode == kFa3Regs2P || mode == kFa3Ring2P ? 2 : 1;
     f.ring = mode == kFa3Ring ? 3 : mode == kFa3Ring2P ? 1 : 0;
+    f.pingpong = mode == kFa3PingPong;
+    f.split_d = mode == kFa3SplitD;
     return f;
+}
+// query-head rows a block takes: a warp's 16 a consumer warp, or a split-D pair of warpgroups' 64
+__host__ __device__ constexpr int block_rows(int nw, int mode) {
+    return is_fa3(mode) && fa3_of(mode).split_d ? 64 : nw * 16;
 }
 __host__ __device__ constexpr int producer_warps(int mode) {
     return mode == kProducers ? kProducerWarps : is_fa3(mode) ? 4 * fa3_of(mode).producers : 0;
@@ -297,7 +313,7 @@ size_t smem_bytes(int nw, int mode, int kt) {
         const Fa3 f = fa3_of(mode);
         const size_t stages = mode == kWgmma ? 1 : f.stages;
         const size_t raw = (!f.regs ? 2 : f.ring * f.producers) * 2 * size_t(kt) * kRowBytes;
-        return size_t(nw) * 16 * D * 2 + stages * 2 * size_t(kt) * D * 2 + raw;
+        return size_t(block_rows(nw, mode)) * D * 2 + stages * 2 * size_t(kt) * D * 2 + raw;
     }
     const size_t q = size_t(nw) * 16 * kLd * 2, tile = 2 * size_t(kt) * kLd * 2;  // Q; a K and a V f16 tile
     const size_t raw = 2 * 2 * size_t(kt) * kRowBytes;                            // 2 slots of K and V rows
@@ -513,12 +529,13 @@ __device__ __forceinline__ void wg_s(const uint8_t * q_sh, const uint8_t * kv, f
     wgmma_commit();
 }
 // O += P V (m64n256k16, P from registers, keys in order) issued as one group
-template <int kTile>
+// (NT: O's n-tiles, D / 8, or D / 16 for the half of V's dimensions from d0 on: m64n128k16)
+template <int kTile, int NT = D / 8>
 __device__ __forceinline__ void wg_pv_issue(const uint8_t * kv, const unsigned (&pa)[kTile / 16][4],
-                                            float (&o)[D / 8][4]) {
+                                            float (&o)[NT][4], int d0 = 0) {
     constexpr unsigned kLbo = kTile / 8 * 128;
-    const uint8_t * v_sh = kv + kTile * D * 2;
-    float (&o_flat)[D / 2] = *reinterpret_cast<float (*)[D / 2]>(&o[0][0]);
+    const uint8_t * v_sh = kv + kTile * D * 2 + d0 / 8 * kLbo;  // dimensions 8 j .. at j kLbo
+    float (&o_flat)[NT * 4] = *reinterpret_cast<float (*)[NT * 4]>(&o[0][0]);
     wgmma_fence();
 #pragma unroll
     for (int j = 0; j < kTile / 16; ++j) wgmma_rs<1>(o_flat, pa[j], wgmma_desc(v_sh + j * 2 * 128, 128, kLbo), 1);
@@ -526,15 +543,15 @@ __device__ __forceinline__ void wg_pv_issue(const uint8_t * kv, const unsigned (
 }
 // kDrain: the softmax's P half runs while the newest wgmma group (the next tile's S) does, which is waited for before
 // O is rescaled (ptxas serializes wgmma where ordinary instructions write an accumulator with a group in flight)
-template <int kTile, bool kDrain = false>
-__device__ __forceinline__ void wg_pv(const uint8_t * kv, const float (&s)[kTile / 8][4], float (&o)[D / 8][4],
-                                      float (&m)[2], float (&l)[2], float scale_log2) {
+template <int kTile, bool kDrain = false, int NT = D / 8>
+__device__ __forceinline__ void wg_pv(const uint8_t * kv, const float (&s)[kTile / 8][4], float (&o)[NT][4],
+                                      float (&m)[2], float (&l)[2], float scale_log2, int d0 = 0) {
     unsigned pa[kTile / 16][4];
     float corr[2];
     softmax_p<kTile>(s, m, l, pa, corr, scale_log2);
     if constexpr (kDrain) wgmma_wait<0>();
     rescale_o(o, corr);
-    wg_pv_issue<kTile>(kv, pa, o);
+    wg_pv_issue<kTile, NT>(kv, pa, o, d0);
 }
 // the two halves one after the other
 template <int kTile>
@@ -599,6 +616,17 @@ __device__ __forceinline__ void named_arrive(int id, int n) {
     asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
 }
 
+// `trace`: block 0's warpgroups stamp clock64 at the phases of each tile (thread 0 of each warpgroup): a consumer
+// after the stage is full (0), S in (1), the softmax done and P V issued (2), P V in (3); a register producer at the
+// tile's start (0), the stage free (1), the stage converted and handed over (2). Off (null) otherwise.
+constexpr int kTraceTiles = 512;
+__device__ long long * g_trace = nullptr;  // [warpgroup][tile][4]
+__device__ __forceinline__ void stamp(int wg, int i, int e) {
+    if (g_trace != nullptr && blockIdx.x == 0 && threadIdx.x % 128 == 0 && i < kTraceTiles) {
+        g_trace[(wg * kTraceTiles + i) * 4 + e] = clock64();
+    }
+}
+
 template <int kNc, int kTile, int kMode>
 __global__ void __launch_bounds__((kNc + fa3_of(kMode).producers) * 128, 1)
 probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
@@ -616,7 +644,8 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
     constexpr int kBarProducers = 1, kBarFull = 2, kBarEmpty = 2 + kStages;
     static_assert(kStages == 2 || (kRegs && !kAhead), "3 stages: the register producer, not the S-ahead loop");
     // kAll: the block; kPair: a stage's barrier (the consumers and the one producer warpgroup that fills it)
-    constexpr int kRows = 64 * kNc, kAll = (kNc + kNp) * 128, kPair = (kNc + 1) * 128;
+    constexpr int kRows = block_rows(4 * kNc, kMode), kAll = (kNc + kNp) * 128, kPair = (kNc + 1) * 128;
+    static_assert(!kF.split_d || (kNc == 2 && !kF.ahead && !kF.pingpong), "split D: two warpgroups, the plain loop");
     static_assert(kNp == 1 || (kRegs && kStages >= kNp), "producer warpgroups take the tiles in turn");
     constexpr unsigned kStageBytes = 2 * kTile * D * 2;  // K, then V
     extern __shared__ uint4 smem_u4[];
@@ -697,8 +726,10 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
         if (pw < n_local) load(cur, t0 + pw);
         for (int i = pw; i < n_local; i += kNp) {
             const int stage = i % kStages;
+            stamp(wg, i, 0);
             if (i + kNp < n_local) load(nxt, t0 + i + kNp);
             if (i >= kStages) named_sync(kBarEmpty + stage, kPair);  // the consumers are done with its last tile
+            stamp(wg, i, 1);
             uint8_t * dst = kv_sh + stage * kStageBytes + which * kTile * D * 2 + (key / 8) * 128 + (key % 8) * 16;
 #pragma unroll
             for (int qb = 0; qb < D / 32; ++qb) {  // block qb: bytes 18 qb .., at word 18 qb / 4, odd qb 2 bytes in
@@ -709,6 +740,7 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
             }
             fence_proxy_async();
             named_arrive(kBarFull + stage, kPair);
+            stamp(wg, i, 2);
 #pragma unroll
             for (int j = 0; j < kRowBytes / 4; ++j) cur[j] = nxt[j];
         }
@@ -737,18 +769,37 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
         return;
     }
     if constexpr (kNc + kNp > 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
-    float o[D / 8][4];
+    constexpr int kOnt = kF.split_d ? D / 16 : D / 8;  // O's n-tiles a thread holds
+    const int wrow = kF.split_d ? 0 : wg * 64, d0 = kF.split_d ? wg * (D / 2) : 0;  // its rows, its dimensions
+    float o[kOnt][4];
 #pragma unroll
-    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    for (int nt = 0; nt < kOnt; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
-    const uint8_t * qc = q_sh + wg * kWgQBytes;
-    const bool live = wg * 64 < rows;  // a warpgroup past the last row only keeps the barriers' counts
+    const uint8_t * qc = q_sh + (kF.split_d ? 0 : wg * kWgQBytes);
+    const bool live = wrow < rows;  // a warpgroup past the last row only keeps the barriers' counts
     if constexpr (!kAhead) {
+        // ping-pong (2 consumer warpgroups, both with rows): the warpgroups issue their S in turn, each handing the
+        // turn over as soon as its S is issued, so one's softmax runs while the other's MMAs do (FlashAttention-3's
+        // schedule between warpgroups; the arithmetic is wg_tile's)
+        constexpr int kBarTurn = 10;
+        const bool turns = kF.pingpong && rows > 64;
+        if (turns && wg == 1) named_arrive(kBarTurn, 256);  // warpgroup 0 goes first
         for (int i = 0; i < n_local; ++i) {
             const int stage = i % kStages;
             named_sync(kBarFull + stage, kPair);  // the producer filled this stage with tile i
-            if (!kF.no_math && live) {
-                wg_tile<kTile>(qc, kv_sh + stage * kStageBytes, o, m, l, scale_log2);
+            stamp(wg, i, 0);
+            if (!kF.no_math && live) {  // wg_tile, with the turns
+                const uint8_t * kv = kv_sh + stage * kStageBytes;
+                float sc[kTile / 8][4];
+                if (turns) named_sync(kBarTurn + wg, 256);
+                wg_s<kTile>(qc, kv, sc);
+                if (turns && (wg == 0 || i + 1 < n_local)) named_arrive(kBarTurn + 1 - wg, 256);  // (0 takes no more)
+                wgmma_wait<0>();
+                stamp(wg, i, 1);
+                wg_pv<kTile, false, kOnt>(kv, sc, o, m, l, scale_log2, d0);
+                stamp(wg, i, 2);
+                wgmma_wait<0>();
+                stamp(wg, i, 3);
             }
             if (i + kStages < n_local) named_arrive(kBarEmpty + stage, kPair);  // the producer's next tile here waits
         }
@@ -782,8 +833,8 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
             if (i + 1 < n_local) step(sb, sa, i + 1);
         }
     }
-    const int r0 = wg * 64 + warp * 16;
-    if (r0 < rows) store_partial(part + (size_t(seg) * HKV + kvh) * (n_grp * kRows) * (D + 2), row0 + r0, o, m, l);
+    const int r0 = wrow + warp * 16;
+    if (r0 < rows) store_partial(part + (size_t(seg) * HKV + kvh) * (n_grp * kRows) * (D + 2), row0 + r0, o, m, l, d0);
 #else
     __trap();  // built without sm_90a: the table skips this shape
 #endif
@@ -842,7 +893,8 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
         }
     }();
     const int n_tiles = c.n_kv / KT, seg_tiles = c.seg_tiles, threads = (NW + producer_warps(kMode)) * 32;
-    const int n_seg = (n_tiles + seg_tiles - 1) / seg_tiles, n_grp = (c.n_q * G + NW * 16 - 1) / (NW * 16);
+    constexpr int kBlockRows = block_rows(NW, kMode);
+    const int n_seg = (n_tiles + seg_tiles - 1) / seg_tiles, n_grp = (c.n_q * G + kBlockRows - 1) / kBlockRows;
     const size_t smem = smem_bytes(NW, kMode, KT);
     CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
     Run r;
@@ -860,7 +912,7 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
         CHECK(cudaEventRecord(e0));
         kernel<<<n_seg * HKV * n_grp, threads, smem>>>(q, k, v, part, c.n_q, n_grp, n_tiles, seg_tiles, scale_log2);
         CHECK(cudaEventRecord(e1));
-        probe_merge<<<dim3(c.n_q * G, HKV), D>>>(part, dst, c.n_q, n_seg, n_grp * NW * 16);
+        probe_merge<<<dim3(c.n_q * G, HKV), D>>>(part, dst, c.n_q, n_seg, n_grp * kBlockRows);
         CHECK(cudaEventRecord(e2));
         CHECK(cudaEventSynchronize(e2));
         if (it >= 0) {
@@ -902,13 +954,14 @@ const Shape kShapes[] = {
     SHAPE(4, kFa3Ahead, 32, 1, 23), SHAPE(4, kFa3NoConvert, 64, 1, 23), SHAPE(4, kFa3NoMath, 64, 1, 23),
     SHAPE(4, kFa3Regs, 64, 1, 23), SHAPE(8, kFa3Regs, 64, 1, 23), SHAPE(4, kFa3Regs3, 64, 1, 23),
     SHAPE(4, kFa3RegsNoMath, 64, 1, 23), SHAPE(4, kFa3Regs2P, 64, 1, 23), SHAPE(4, kFa3Ring, 64, 1, 23),
-    SHAPE(4, kFa3Ring2P, 64, 1, 23),
+    SHAPE(4, kFa3Ring2P, 64, 1, 23), SHAPE(8, kFa3PingPong, 64, 1, 23), SHAPE(8, kFa3SplitD, 64, 1, 23),
     SHAPE(4, kSerial, 64, 1, 1), SHAPE(4, kProducers, 64, 1, 1), SHAPE(4, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 64, 2, 1), SHAPE(1, kProducers, 64, 1, 1), SHAPE(1, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 32, 3, 1), SHAPE(1, kProducers, 32, 2, 1), SHAPE(1, kF16, 32, 3, 1),
     SHAPE(4, kWgmma, 64, 1, 1), SHAPE(4, kWgmma, 32, 2, 1), SHAPE(4, kFa3, 32, 1, 1), SHAPE(4, kFa3, 64, 1, 1),
     SHAPE(4, kFa3Ahead, 32, 1, 1), SHAPE(4, kFa3Regs, 64, 1, 1), SHAPE(4, kFa3Regs3, 64, 1, 1),
     SHAPE(4, kFa3Regs2P, 64, 1, 1), SHAPE(4, kFa3Ring, 64, 1, 1), SHAPE(4, kFa3Ring2P, 64, 1, 1),
+    SHAPE(8, kFa3SplitD, 64, 1, 1),
 };
 #undef SHAPE
 
@@ -934,8 +987,10 @@ int main(int argc, char ** argv) {
     // profile: the first FA3 shape and the two-producer one, 64-key tiles, a tree then one query, each at 128K and
     // launched 3 times (two warm-ups), for ncu: probe_attn_fa3 launches 0-2, 3-5 (the trees), 6-8, 9-11
     const bool profile = std::strcmp(only, "profile") == 0;
-    if (*only && std::strcmp(only, "mma") != 0 && std::strcmp(only, "wgmma") != 0 && !profile) {
-        std::fprintf(stderr, "usage: tree_attn_probe [mma|wgmma|profile]\n");
+    // trace: the register-producer shapes' phases per tile (block 0, the tree at 128K), in cycles
+    const bool trace = std::strcmp(only, "trace") == 0;
+    if (*only && std::strcmp(only, "mma") != 0 && std::strcmp(only, "wgmma") != 0 && !profile && !trace) {
+        std::fprintf(stderr, "usage: tree_attn_probe [mma|wgmma|profile|trace]\n");
         return 2;
     }
     // a shape this run measures (the serial tree, every check's reference, runs either way)
@@ -1010,10 +1065,66 @@ int main(int argc, char ** argv) {
         for (const Shape & s : kShapes) {
             const Config & g = s.cfg;
             if ((g.mode != kFa3 && g.mode != kFa3Regs2P) || g.kt != 64 || !hopper) continue;
-            const int n_grp = (s.n_q * G + g.nw * 16 - 1) / (g.nw * 16), n_tiles = 131072 / g.kt;
+            const int br = block_rows(g.nw, g.mode), n_grp = (s.n_q * G + br - 1) / br, n_tiles = 131072 / g.kt;
             const int want = std::min(n_sm / (HKV * n_grp), n_tiles);
             const Run r = run_case({s.n_q, 131072, (n_tiles + want - 1) / want, g}, q, k, v, part, dst, 1);
             std::printf("profile: %s, %d queries, 128K keys: %.1f us\n", mode_name(g.mode), s.n_q, r.attn_us);
+        }
+        return 0;
+    }
+    if (trace && hopper) {
+        long long * tr;
+        const size_t n_tr = size_t(4) * kTraceTiles * 4;
+        CHECK(cudaMalloc(&tr, n_tr * sizeof(long long)));
+        CHECK(cudaMemcpyToSymbol(g_trace, &tr, sizeof(tr)));
+        std::printf("| shape | warpgroup | tiles | phase cycles a tile (mean over the middle tiles) |\n"
+                    "|---|---|---|---|\n");
+        for (const Shape & s : kShapes) {
+            const Config & g = s.cfg;
+            const Fa3 f = fa3_of(g.mode);
+            const bool traced = is_fa3(g.mode) && f.regs && !f.ring && !f.no_math && f.stages == 2;
+            if (!traced || g.kt != 64 || s.n_q != 23) continue;
+            const int br = block_rows(g.nw, g.mode), n_grp = (s.n_q * G + br - 1) / br, n_tiles = 131072 / g.kt;
+            const int want = std::min(n_sm / (HKV * n_grp), n_tiles), seg_tiles = (n_tiles + want - 1) / want;
+            CHECK(cudaMemset(tr, 0, n_tr * sizeof(long long)));
+            run_case({s.n_q, 131072, seg_tiles, g}, q, k, v, part, dst, 1);  // (the last of 3 launches stays)
+            std::vector<long long> h(n_tr);
+            CHECK(cudaMemcpy(h.data(), tr, n_tr * sizeof(long long), cudaMemcpyDeviceToHost));
+            const int n_wg = g.nw / 4 + f.producers, lo = 4, hi = std::min(seg_tiles, kTraceTiles) - 4;
+            for (int w = 0; w < n_wg; ++w) {
+                const bool consumer = w < g.nw / 4;
+                auto at = [&](int i, int e) { return h[(size_t(w) * kTraceTiles + i) * 4 + e]; };
+                double d[4] = {0, 0, 0, 0};
+                int n = 0;
+                for (int i = lo; i < hi; ++i) {
+                    if (!consumer && (i % f.producers) != w - g.nw / 4) continue;
+                    if (consumer) {  // wait for the stage, S, softmax + issue, P V
+                        d[0] += double(at(i, 0) - at(i - 1, 3));
+                        d[1] += double(at(i, 1) - at(i, 0));
+                        d[2] += double(at(i, 2) - at(i, 1));
+                        d[3] += double(at(i, 3) - at(i, 2));
+                    } else {  // issue the next loads, wait for the stage, convert + hand over, to the next tile
+                        d[0] += double(at(i, 1) - at(i, 0));
+                        d[1] += double(at(i, 2) - at(i, 1));
+                        const int nx = i + f.producers;
+                        d[2] += nx < seg_tiles ? double(at(nx, 0) - at(i, 2)) : 0.0;
+                    }
+                    ++n;
+                }
+                if (n == 0 || at(lo, 0) == 0) {
+                    std::printf("| %s | %d | %d | (no rows) |\n", mode_name(g.mode), w, seg_tiles);
+                    continue;
+                }
+                if (consumer) {
+                    std::printf("| %s, %d consumer wg | %d | %d | wait %.0f, S %.0f, softmax + issue %.0f, "
+                                "P V %.0f |\n", mode_name(g.mode), g.nw / 4, w, seg_tiles, d[0] / n, d[1] / n,
+                                d[2] / n, d[3] / n);
+                } else {
+                    std::printf("| %s, %d consumer wg | %d (producer) | %d | loads + stage wait %.0f, convert %.0f, "
+                                "to next %.0f |\n", mode_name(g.mode), g.nw / 4, w, seg_tiles, d[0] / n, d[1] / n,
+                                d[2] / n);
+                }
+            }
         }
         return 0;
     }
@@ -1029,7 +1140,8 @@ int main(int argc, char ** argv) {
         int differ = 0;  // over x's values (a one-query call: query 0's of y)
         for (size_t i = 0; i < x.size(); ++i) differ += std::memcmp(&x[i], &y[i], sizeof(float)) != 0;
         std::printf("%s  %d-key tiles, %d m-tiles, %s, %d blocks/SM: %s: %d of %zu values differ\n",
-                    differ ? "BAD " : "ok  ", g.kt, g.nw, mode_name(g.mode), g.minb, what, differ, x.size());
+                    differ ? "BAD " : "ok  ", g.kt, block_rows(g.nw, g.mode) / 16, mode_name(g.mode), g.minb, what,
+                    differ, x.size());
         ok &= differ == 0;
     };
     for (int kt : {64, 32}) {
@@ -1083,7 +1195,7 @@ int main(int argc, char ** argv) {
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Shape & s : kShapes) {
         const Config & g = s.cfg;
-        const int n_q = s.n_q, n_grp = (n_q * G + g.nw * 16 - 1) / (g.nw * 16);
+        const int n_q = s.n_q, n_grp = (n_q * G + block_rows(g.nw, g.mode) - 1) / block_rows(g.nw, g.mode);
         if ((on_wgmma(g.mode) && !hopper) || !wanted(g.mode)) continue;
         for (int n_kv : {4096, 32768, 131072}) {
             // one wave of blocks (as many a multiprocessor as the registers are capped for), and two
@@ -1095,7 +1207,8 @@ int main(int argc, char ** argv) {
                 const bool f16 = g.mode == kF16;
                 const Run r = run_case(c, q, f16 ? kf : k, f16 ? vf : v, part, dst, 20);
                 std::printf("| %s | %d | %d | %d | %d | %d | %d | %d | %d | %d | %.1f | %.1f | %.1f |\n",
-                            mode_name(g.mode), n_q, g.nw, g.kt, r.regs, r.local_bytes, r.blocks_per_sm, n_kv, n_seg,
+                            mode_name(g.mode), n_q, block_rows(g.nw, g.mode) / 16, g.kt, r.regs, r.local_bytes,
+                            r.blocks_per_sm, n_kv, n_seg,
                             n_seg * HKV * n_grp, r.attn_us, r.merge_us, r.attn_us + r.merge_us);
             }
         }
@@ -1103,8 +1216,8 @@ int main(int argc, char ** argv) {
     // A kernel whose bits may not depend on the call can fix its segment length only by the row's own depth, not by
     // the wave the call fills: the best shape at fixed segment lengths (64-key tiles: 1,024 / 2,048 / 4,096 keys)
     if (hopper && wanted(kFa3Regs2P)) {
-        std::printf("\n| fixed segments: cache, block | queries | keys | keys a segment | blocks | attention us | merge us | "
-                    "total us |\n|---|---|---|---|---|---|---|---|\n");
+        std::printf("\n| fixed segments: cache, block | queries | keys | keys a segment | blocks | attention us | "
+                    "merge us | total us |\n|---|---|---|---|---|---|---|---|\n");
         for (int n_q : {23, 1}) {
             const Config g{4, kFa3Regs2P, 64, 1};
             const int n_grp = (n_q * G + 63) / 64;

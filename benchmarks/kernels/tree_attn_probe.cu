@@ -981,7 +981,8 @@ Run run_case(const Case & c, const half * q, const uint8_t * k, const uint8_t * 
 bool on_wgmma(int mode) { return mode == kWgmma || is_fa3(mode); }
 bool timing_only(int mode) { return fa3_of(mode).no_convert || fa3_of(mode).no_math; }
 
-// argv[1]: "mma" (the mma.sync shapes), "wgmma" (the wgmma ones, checked against the serial mma.sync tree), or none
+// argv[1]: "mma" (the mma.sync shapes), "wgmma" (the wgmma ones, checked against the serial mma.sync tree), none
+// (both), or "profile" / "trace" (below)
 int main(int argc, char ** argv) {
     const char * only = argc > 1 ? argv[1] : "";
     // profile: the first FA3 shape and the two-producer one, 64-key tiles, a tree then one query, each at 128K and

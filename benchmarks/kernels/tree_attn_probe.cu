@@ -121,6 +121,18 @@ __device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, uint8_t * dst, 
     q4_0_words_to_f16(wv, odd, dst, stride);
 }
 
+// A whole Q4_0 row of one head (kRowBytes, as words) -> its D values, 8 j .. 8 j + 7 at dst + j stride bytes: block qb
+// is bytes 18 qb .., from word 18 qb / 4, 2 bytes in where qb is odd
+__device__ __forceinline__ void q4_0_row_to_f16(const unsigned (&row)[kRowBytes / 4], uint8_t * dst, int stride) {
+#pragma unroll
+    for (int qb = 0; qb < D / 32; ++qb) {
+        unsigned wv[5];
+#pragma unroll
+        for (int j = 0; j < 5; ++j) wv[j] = row[18 * qb / 4 + j];
+        q4_0_words_to_f16(wv, (qb & 1) * 2, dst + 4 * qb * stride, stride);
+    }
+}
+
 #ifndef PROBE_LEAN
 #define PROBE_LEAN 1  // the softmax in fewer instructions (its own bits: every shape here shares it)
 #endif
@@ -703,13 +715,7 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
                 }
                 if (i >= kStages) named_sync(kBarEmpty + stage, kPair);
                 uint8_t * dst = kv_sh + stage * kStageBytes + which * kTile * D * 2 + (key / 8) * 128 + (key % 8) * 16;
-#pragma unroll
-                for (int qb = 0; qb < D / 32; ++qb) {
-                    unsigned wv[5];
-#pragma unroll
-                    for (int j = 0; j < 5; ++j) wv[j] = cur[18 * qb / 4 + j];
-                    q4_0_words_to_f16(wv, (qb & 1) * 2, dst + 4 * qb * kLbo, kLbo);
-                }
+                q4_0_row_to_f16(cur, dst, kLbo);
                 fence_proxy_async();
                 named_arrive(kBarFull + stage, kPair);
             }
@@ -731,13 +737,7 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
             if (i >= kStages) named_sync(kBarEmpty + stage, kPair);  // the consumers are done with its last tile
             stamp(wg, i, 1);
             uint8_t * dst = kv_sh + stage * kStageBytes + which * kTile * D * 2 + (key / 8) * 128 + (key % 8) * 16;
-#pragma unroll
-            for (int qb = 0; qb < D / 32; ++qb) {  // block qb: bytes 18 qb .., at word 18 qb / 4, odd qb 2 bytes in
-                unsigned wv[5];
-#pragma unroll
-                for (int j = 0; j < 5; ++j) wv[j] = cur[18 * qb / 4 + j];
-                q4_0_words_to_f16(wv, (qb & 1) * 2, dst + 4 * qb * kLbo, kLbo);
-            }
+            q4_0_row_to_f16(cur, dst, kLbo);
             fence_proxy_async();
             named_arrive(kBarFull + stage, kPair);
             stamp(wg, i, 2);

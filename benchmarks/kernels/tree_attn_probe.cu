@@ -24,8 +24,10 @@
 // ring, and timing-only cuts (no conversion, no consumer math) that say which side bounds a tile. Checks each tile
 // length against a CPU reference (double) and every shape bit for bit against the others at 2K keys, then times each
 // shape at 4K / 32K / 128K keys (23 queries, or one), with its registers, spills and blocks a multiprocessor, and the
-// best shape at fixed segment lengths (what a kernel whose bits cannot depend on the call would take). `profile`
-// runs two shapes a few times for Nsight Compute.
+// best shape at fixed segment lengths (what a kernel whose bits cannot depend on the call would take). Then keys by
+// rank (probe_attn_ranked: the masks and gathered tails of a real tree on the register-producer block), checked bit
+// for bit against one-query calls over each node's path and timed. `profile` runs two shapes a few times for Nsight
+// Compute; `trace` stamps the phases of a tile.
 // A 64-key tree block takes 147-214 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a
 // real kernel would take 32-key tiles there).
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/kernels/tree_attn_probe.cu -o tree_attn_probe
@@ -35,6 +37,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -164,10 +167,12 @@ __device__ __forceinline__ void softmax_p(const float (&acc)[KT / 8][4], float (
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 1));
         mx[h] = fmaxf(mx[h], __shfl_xor_sync(0xFFFFFFFF, mx[h], 2));
         mx[h] = fmaxf(m[h], mx[h] * scale_log2);
-        corr[h] = ex2_ftz(m[h] - mx[h]);  // 0 on the first tile (m = -inf)
+        // 0 on a row's first visible tile (m = -inf); 1 while it has seen none (a masked row of probe_attn_ranked:
+        // its tile then adds exact zeros)
+        corr[h] = mx[h] == -INFINITY ? 1.0f : ex2_ftz(m[h] - mx[h]);
         m[h] = mx[h];
     }
-    const float nm[2] = {-m[0], -m[1]};
+    const float nm[2] = {m[0] == -INFINITY ? 0.0f : -m[0], m[1] == -INFINITY ? 0.0f : -m[1]};
 #pragma unroll
     for (int nt = 0; nt < KT / 8; ++nt) {
         const float p0 = ex2_ftz(fmaf(acc[nt][0], scale_log2, nm[0]));
@@ -840,6 +845,154 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
 #endif
 }
 
+// ---- Ranked keys (what the invariant attention must keep, on the block above) ----
+// A row sees its query's visible cache rows in slot order, numbered by rank: a dense run [0, f) and then scattered
+// slots (a tree node's ancestors). A tree node's ranks are those of an AR step at the end of its path, so a block that
+// works by rank gives the node the AR step's bits. probe_attn_ranked: probe_attn_fa3's register-producer block (one
+// consumer warpgroup of 64 rows, one producer warpgroup) over passes of 64 ranks: the tiles below the block's
+// smallest dense run, shared by its rows, then for each of its queries the tiles from there to the end of its ranks,
+// gathered from its slots (ranks past its end as zero rows), with the other queries' rows masked. A masked row's pass
+// adds exact zeros (P = 0, corr = 1), and a row's S, softmax and P V do not depend on the other rows, so a row's bits
+// depend only on its ranks, the tile and the segment length: checked against one-query calls over a cache holding each
+// node's path contiguously.
+constexpr int kMaxAnc = 32;  // scattered slots a query may have (a tree node's ancestors, itself included)
+struct Ranks {
+    const int * dense;   // [n_q]: f, the dense run [0, f)
+    const int * n_vis;   // [n_q]: visible ranks in all
+    const int * sparse;  // [n_q][kMaxAnc]: the scattered slots, ascending
+};
+// The block's passes: the shared tiles [t0, ts), then query by query its tiles [max(t0, ts), its end); pass i's tile
+// and query (-1: shared), or t = -1 past the last
+struct Passes {
+    int t0, ts, t1, q_lo, q_hi;
+    const Ranks * rk;
+    __device__ int tail_end(int qi) const { return min(t1, (rk->n_vis[qi] + 63) / 64); }
+    __device__ void at(int i, int & t, int & qi) const {
+        if (i < ts - t0) {
+            t = t0 + i, qi = -1;
+            return;
+        }
+        i -= max(ts - t0, 0);
+        const int tb = max(t0, ts);
+        for (qi = q_lo; qi < q_hi; ++qi) {
+            const int n = max(tail_end(qi) - tb, 0);
+            if (i < n) {
+                t = tb + i;
+                return;
+            }
+            i -= n;
+        }
+        t = -1;
+    }
+};
+
+__global__ void __launch_bounds__(256, 1)
+probe_attn_ranked(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
+                  int seg_tiles, float scale_log2, Ranks rk) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL) && PROBE_LEAN
+    constexpr int kTile = 64, kStages = 2, kPair = 256;
+    constexpr int kBarFull = 2, kBarEmpty = 4;
+    constexpr unsigned kStageBytes = 2 * kTile * D * 2, kLbo = kTile / 8 * 128;
+    extern __shared__ uint4 smem_u4[];
+    uint8_t * q_sh = (uint8_t *) smem_u4;  // 64 rows x D
+    uint8_t * kv_sh = q_sh + kWgQBytes;    // [2 stages][K, V][kTile x D]
+    const int kvh = blockIdx.x % HKV, grp = blockIdx.x / HKV % n_grp, seg = blockIdx.x / (HKV * n_grp);
+    const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32;
+    const int row0 = grp * 64, rows = n_q * G - row0;
+    const int q_lo = row0 / G, q_hi = min(n_q, (row0 + 63) / G + 1);
+    int f_min = INT_MAX;
+    for (int qi = q_lo; qi < q_hi; ++qi) f_min = min(f_min, rk.dense[qi]);
+    const int t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
+    const Passes ps{t0, min(t1, f_min / kTile), t1, q_lo, q_hi, &rk};
+    wg_load_q(q, q_sh, kvh, row0, rows, 64, tid, 256);
+    fence_proxy_async();
+    __syncthreads();
+    if (wg == 1) {  // the producer: thread wtid one row (K: keys 0 .., then V) of each pass's tile
+        const int which = wtid / kTile, key = wtid % kTile;
+        constexpr size_t kStride = size_t(HKV) * kRowBytes;
+        const uint8_t * src = (which ? v : k) + size_t(kvh) * kRowBytes;
+        unsigned cur[kRowBytes / 4], nxt[kRowBytes / 4];
+        auto load = [&](unsigned (&r)[kRowBytes / 4], int i) {
+            int t, qi;
+            ps.at(i, t, qi);
+            const int rank = t * kTile + key;
+            int slot = rank;  // a shared tile: the dense run
+            if (qi >= 0) {
+                const int f = rk.dense[qi];
+                slot = rank < f ? rank : rank < rk.n_vis[qi] ? rk.sparse[qi * kMaxAnc + rank - f] : -1;
+            }
+            const uint4 * p = (const uint4 *) (src + size_t(max(slot, 0)) * kStride);
+#pragma unroll
+            for (int j = 0; j < kRowBytes / 16; ++j) {
+                const uint4 x = slot >= 0 ? __ldg(p + j) : make_uint4(0, 0, 0, 0);  // (d = 0: the values are 0)
+                r[4 * j] = x.x, r[4 * j + 1] = x.y, r[4 * j + 2] = x.z, r[4 * j + 3] = x.w;
+            }
+        };
+        int t_dummy, q_dummy;
+        int n_pass = 0;
+        for (;; ++n_pass) {
+            ps.at(n_pass, t_dummy, q_dummy);
+            if (t_dummy < 0) break;
+        }
+        if (n_pass > 0) load(cur, 0);
+        for (int i = 0; i < n_pass; ++i) {
+            const int stage = i % kStages;
+            if (i + 1 < n_pass) load(nxt, i + 1);
+            if (i >= kStages) named_sync(kBarEmpty + stage, kPair);
+            q4_0_row_to_f16(cur, kv_sh + stage * kStageBytes + which * kTile * D * 2 + (key / 8) * 128 + (key % 8) * 16,
+                            kLbo);
+            fence_proxy_async();
+            named_arrive(kBarFull + stage, kPair);
+#pragma unroll
+            for (int j = 0; j < kRowBytes / 4; ++j) cur[j] = nxt[j];
+        }
+        return;
+    }
+    float o[D / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    const int lane = tid % 32, gid = lane >> 2, tig = lane & 3;
+    int my_q[2], my_nv[2];  // this thread's two rows: their query and visible ranks
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+        const int r = row0 + warp * 16 + gid + 8 * h;
+        my_q[h] = r < n_q * G ? r / G : -2;
+        my_nv[h] = r < n_q * G ? rk.n_vis[my_q[h]] : 0;
+    }
+    for (int i = 0;; ++i) {
+        int t, qi;
+        ps.at(i, t, qi);
+        if (t < 0) break;
+        int t_next, q_next;
+        ps.at(i + kStages, t_next, q_next);
+        const int stage = i % kStages;
+        named_sync(kBarFull + stage, kPair);
+        const uint8_t * kv = kv_sh + stage * kStageBytes;
+        float sc[kTile / 8][4];
+        wg_s<kTile>(q_sh, kv, sc);
+        wgmma_wait<0>();
+        if (qi >= 0) {  // a query's own pass: its rows, up to its last rank; the others masked
+#pragma unroll
+            for (int nt = 0; nt < kTile / 8; ++nt) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const int h = e / 2, rank = t * kTile + nt * 8 + 2 * tig + e % 2;
+                    if (my_q[h] != qi || rank >= my_nv[h]) sc[nt][e] = -INFINITY;
+                }
+            }
+        }
+        wg_pv<kTile>(kv, sc, o, m, l, scale_log2);
+        wgmma_wait<0>();
+        if (t_next >= 0) named_arrive(kBarEmpty + stage, kPair);
+    }
+    const int r0 = warp * 16;
+    if (r0 < rows) store_partial(part + (size_t(seg) * HKV + kvh) * (n_grp * 64) * (D + 2), row0 + r0, o, m, l);
+#else
+    __trap();  // built without sm_90a (or with PROBE_LEAN=0: the masked rows need its guards)
+#endif
+}
+
 // 1 where this build runs the wgmma block (sm_90a)
 __global__ void has_wgmma(int * out) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
@@ -1213,6 +1366,107 @@ int main(int argc, char ** argv) {
                             n_seg * HKV * n_grp, r.attn_us, r.merge_us, r.attn_us + r.merge_us);
             }
         }
+    }
+    // Ranked keys (probe_attn_ranked): a 23-node tree (random parents, node i's K / V rows at slot p + i) at depth p,
+    // each node's rows == a one-query call over a cache holding [0, p) and then its path contiguously; then the tree
+    // at 128K timed against the same block without ranks (kFa3Regs)
+    if (hopper && wanted(kFa3Regs)) {
+        constexpr int kNodes = 23;
+        int parent[kNodes];
+        std::vector<int> anc[kNodes];  // root .. node, ascending
+        for (int i = 0; i < kNodes; ++i) {
+            parent[i] = i == 0 ? -1 : int(rnd() * i);
+            if (i > 0) anc[i] = anc[parent[i]];
+            anc[i].push_back(i);
+        }
+        int *d_dense, *d_vis, *d_sparse;
+        CHECK(cudaMalloc(&d_dense, kNodes * sizeof(int)));
+        CHECK(cudaMalloc(&d_vis, kNodes * sizeof(int)));
+        CHECK(cudaMalloc(&d_sparse, kNodes * kMaxAnc * sizeof(int)));
+        uint8_t *k2, *v2;  // one node's AR cache
+        CHECK(cudaMalloc(&k2, hk.size()));
+        CHECK(cudaMalloc(&v2, hv.size()));
+        const size_t row_bytes = size_t(HKV) * kRowBytes;  // a cache row: the 4 KV heads
+        auto launch_ranked = [&](const half * qp, const uint8_t * kp, const uint8_t * vp, int n_q, int max_vis,
+                                 int seg_tiles, int iters) {
+            const int n_tiles = (max_vis + 63) / 64, n_seg = (n_tiles + seg_tiles - 1) / seg_tiles;
+            const int n_grp = (n_q * G + 63) / 64;
+            const size_t smem = kWgQBytes + 2 * 2 * 64 * D * 2;
+            CHECK(cudaFuncSetAttribute(probe_attn_ranked, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+            const float scale_log2 = 1.0f / std::sqrt(float(D)) * 1.4426950408889634f;
+            const Ranks rk{d_dense, d_vis, d_sparse};
+            cudaEvent_t e0, e1;
+            CHECK(cudaEventCreate(&e0));
+            CHECK(cudaEventCreate(&e1));
+            float us = 0.0f;
+            for (int it = -1; it < iters; ++it) {
+                CHECK(cudaEventRecord(e0));
+                probe_attn_ranked<<<n_seg * HKV * n_grp, 256, smem>>>(qp, kp, vp, part, n_q, n_grp, n_tiles, seg_tiles,
+                                                                      scale_log2, rk);
+                probe_merge<<<dim3(n_q * G, HKV), D>>>(part, dst, n_q, n_seg, n_grp * 64);
+                CHECK(cudaEventRecord(e1));
+                CHECK(cudaEventSynchronize(e1));
+                float ms;
+                CHECK(cudaEventElapsedTime(&ms, e0, e1));
+                if (it >= 0) us += 1000.0f * ms / iters;
+            }
+            CHECK(cudaGetLastError());
+            CHECK(cudaEventDestroy(e0));
+            CHECK(cudaEventDestroy(e1));
+            return us;
+        };
+        auto set_tree = [&](int p) {
+            std::vector<int> dn(kNodes, p), vis(kNodes), sp(kNodes * kMaxAnc, -1);
+            for (int i = 0; i < kNodes; ++i) {
+                vis[i] = p + int(anc[i].size());
+                for (size_t a = 0; a < anc[i].size(); ++a) sp[i * kMaxAnc + a] = p + anc[i][a];
+            }
+            CHECK(cudaMemcpy(d_dense, dn.data(), kNodes * sizeof(int), cudaMemcpyHostToDevice));
+            CHECK(cudaMemcpy(d_vis, vis.data(), kNodes * sizeof(int), cudaMemcpyHostToDevice));
+            CHECK(cudaMemcpy(d_sparse, sp.data(), sp.size() * sizeof(int), cudaMemcpyHostToDevice));
+        };
+        int max_depth = 0;
+        for (auto & a : anc) max_depth = std::max(max_depth, int(a.size()));
+        // the check: p = 2,043 (the tree's ranks cross a tile edge), 4 tiles a segment
+        const int p = 2043, seg_tiles = 4;
+        set_tree(p);
+        launch_ranked(q, k, v, kNodes, p + max_depth, seg_tiles, 0);
+        std::vector<float> tree(size_t(kNodes) * H * D);
+        CHECK(cudaMemcpy(tree.data(), dst, tree.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        int differ = 0;
+        for (int i = 0; i < kNodes; ++i) {
+            const int nv = p + int(anc[i].size());
+            CHECK(cudaMemcpy(k2, k, size_t(p) * row_bytes, cudaMemcpyDeviceToDevice));
+            CHECK(cudaMemcpy(v2, v, size_t(p) * row_bytes, cudaMemcpyDeviceToDevice));
+            for (size_t a = 0; a < anc[i].size(); ++a) {
+                CHECK(cudaMemcpy(k2 + (p + a) * row_bytes, k + size_t(p + anc[i][a]) * row_bytes, row_bytes,
+                                 cudaMemcpyDeviceToDevice));
+                CHECK(cudaMemcpy(v2 + (p + a) * row_bytes, v + size_t(p + anc[i][a]) * row_bytes, row_bytes,
+                                 cudaMemcpyDeviceToDevice));
+            }
+            CHECK(cudaMemcpy(d_dense, &nv, sizeof(int), cudaMemcpyHostToDevice));  // one query: all dense
+            CHECK(cudaMemcpy(d_vis, &nv, sizeof(int), cudaMemcpyHostToDevice));
+            launch_ranked(q + size_t(i) * H * D, k2, v2, 1, nv, seg_tiles, 0);
+            std::vector<float> one(size_t(H) * D);
+            CHECK(cudaMemcpy(one.data(), dst, one.size() * sizeof(float), cudaMemcpyDeviceToHost));
+            for (size_t j = 0; j < one.size(); ++j) {
+                differ += std::memcmp(&one[j], &tree[size_t(i) * H * D + j], sizeof(float)) != 0;
+            }
+        }
+        std::printf("%s  ranked keys: a 23-node tree (depth %d) at 2,043 keys == each node's one-query call over its "
+                    "path: %d of %zu values differ\n", differ ? "BAD " : "ok  ", max_depth, differ, tree.size());
+        ok &= differ == 0;
+        // the timing: the tree at ~128K, one wave, against the block without ranks
+        const int p_deep = kMaxKv - kNodes, n_tiles = (p_deep + max_depth + 63) / 64;
+        const int seg_deep = (n_tiles + n_sm / (HKV * 3) - 1) / (n_sm / (HKV * 3));
+        set_tree(p_deep);
+        const float us = launch_ranked(q, k, v, kNodes, p_deep + max_depth, seg_deep, 20);
+        const Run plain = run_case({kNodes, kMaxKv, seg_deep, {4, kFa3Regs, 64, 1}}, q, k, v, part, dst, 20);
+        std::printf("ranked keys, 23-node tree at %d keys, %d tiles a segment: %.1f us (attention + merge); the same "
+                    "block without ranks at 131,072: %.1f us\n", p_deep, seg_deep, us, plain.attn_us + plain.merge_us);
+        for (auto * b : {d_dense, d_vis, d_sparse}) CHECK(cudaFree(b));
+        CHECK(cudaFree(k2));
+        CHECK(cudaFree(v2));
     }
     // A kernel whose bits may not depend on the call can fix its segment length only by the row's own depth, not by
     // the wave the call fills: the best shape at fixed segment lengths (64-key tiles: 1,024 / 2,048 / 4,096 keys)

@@ -96,10 +96,11 @@ stage_probe() {
     local arch=(-arch="sm_$ARCHS")
     [ "${ARCHS%a}" = 90 ] && arch=(-gencode arch=compute_90a,code=sm_90a)
     nvcc -O3 -std=c++17 "${arch[@]}" benchmarks/kernels/tree_attn_probe.cu -o "$WORK/tree_attn_probe" || return 1
-    # the mma.sync shapes, then the wgmma ones in a process of their own (a fault or a hang there keeps the first table)
+    # the mma.sync shapes, then the wgmma ones in a process of their own (a fault or a hang there keeps the first
+    # table), then where the wgmma block's tile time goes (clock64 phases)
     local rc=0 part st
     : >"$OUT/tree_attn_probe.txt"
-    for part in mma wgmma; do
+    for part in mma wgmma trace; do
         timeout 180 "$WORK/tree_attn_probe" "$part" 2>&1 | tee -a "$OUT/tree_attn_probe.txt"
         st="${PIPESTATUS[0]}"
         [ "$st" = 0 ] || { echo "tree_attn_probe $part: exit $st (124: timed out)" | tee -a "$OUT/tree_attn_probe.txt"; rc=1; }

@@ -65,7 +65,23 @@ __device__ __forceinline__ void cp_async16(void * dst, const void * src) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
 }
 __device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n"); }
-__device__ __forceinline__ void cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// at most kPending of this thread's newest cp.async groups still in flight
+template <int kPending> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+// a warpgroup's register allocation, lowered (a producer's) or raised (a consumer's) to kRegs a thread
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+__device__ __forceinline__ void named_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
 __device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
@@ -390,7 +406,7 @@ probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, i
         }
     };
     auto producers_sync = [] {  // the producer warps alone (named barrier 1): their copies landed for all of them
-        asm volatile("bar.sync 1, %0;\n" ::"n"(kProducerWarps * 32) : "memory");
+        named_sync(1, kProducerWarps * 32);
     };
 
     float o[D / 8][4];
@@ -409,9 +425,9 @@ probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, i
             issue(t0, 0);
             if (t0 + 1 < t1) {
                 issue(t0 + 1, 1);
-                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+                cp_wait<1>();
             } else {
-                cp_wait_all();
+                cp_wait<0>();
             }
             producers_sync();
             convert(0, 0);
@@ -428,9 +444,9 @@ probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, i
                     // tile t's raw slot was converted before the barrier: it takes tile t + 2
                     if (t + 2 < t1) {
                         issue(t + 2, i & 1);
-                        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+                        cp_wait<1>();
                     } else {
-                        cp_wait_all();
+                        cp_wait<0>();
                     }
                     producers_sync();
                     convert((i + 1) & 1, (i + 1) & 1);
@@ -438,7 +454,7 @@ probe_attn(const half * q, const uint8_t * k, const uint8_t * v, float * part, i
                 continue;
             }
         } else {
-            cp_wait_all();
+            cp_wait<0>();
             __syncthreads();  // tile t's rows in; every warp done with the f16 tile before (and Q written)
             if (t + 1 < t1) issue(t + 1, kMode == kF16 ? stage ^ 1 : (i + 1) & 1);
             if constexpr (kMode == kSerial) {
@@ -604,7 +620,7 @@ probe_attn_wg(const half * q, const uint8_t * k, const uint8_t * v, float * part
     if (t0 < t1) wg_issue<kTile>(k, v, raw_sh, t0, kvh, tid, 128);
     for (int t = t0; t < t1; ++t) {
         const int i = t - t0;
-        cp_wait_all();
+        cp_wait<0>();
         __syncthreads();  // tile t's rows in (and Q written); every warp's MMAs on tile t - 1 done (wg_tile waits)
         if (t + 1 < t1) wg_issue<kTile>(k, v, raw_sh + ((i + 1) & 1) * 2 * kTile * kRowBytes, t + 1, kvh, tid, 128);
         wg_convert<kTile>(raw_sh + (i & 1) * 2 * kTile * kRowBytes, kv_sh, tid, 128);
@@ -620,30 +636,26 @@ probe_attn_wg(const half * q, const uint8_t * k, const uint8_t * v, float * part
 #endif
 }
 
+// `trace`: block 0's warpgroups stamp clock64 at the phases of each tile (thread 0 of each warpgroup): a consumer
+// after the stage is full (0), S in (1), the softmax done and P V issued (2), P V in (3); a register producer at the
+// tile's start (0), the stage free (1), the stage converted and handed over (2). Off (null) otherwise.
+constexpr int kTraceTiles = 512;
+__device__ long long * g_trace = nullptr;  // [warpgroup][tile][4]
+// where this thread stamps (its warpgroup's rows of g_trace), or null: read once a kernel, so a stamp off the trace
+// costs one compare
+__device__ __forceinline__ long long * trace_rows(int wg) {
+    return g_trace != nullptr && blockIdx.x == 0 && threadIdx.x % 128 == 0 ? g_trace + wg * kTraceTiles * 4 : nullptr;
+}
+__device__ __forceinline__ void stamp(long long * tr, int i, int e) {
+    if (tr != nullptr && i < kTraceTiles) tr[i * 4 + e] = clock64();
+}
+
 // FlashAttention-3's block shape on the same arithmetic: a producer warpgroup copies each tile's Q4_0 rows (cp.async,
 // two raw slots) and converts them into two f16 stages a tile ahead, kNc consumer warpgroups of 64 rows each run
 // wg_tile on the stage the producer filled; named barriers hand the stages over (full: producer -> consumers, empty:
 // consumers -> producer). With 2 consumer warpgroups the producer gives up registers (setmaxnreg 56) so that the
 // consumers get 224. A tree's 138 rows take 2 blocks of 2 warpgroups (the second with 10 live rows) or 3 of 1; one
 // query 1 of 1. kAhead: S of the next tile issued before this tile's softmax. The same bits as probe_attn_wg (checked).
-__device__ __forceinline__ void named_sync(int id, int n) {
-    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void named_arrive(int id, int n) {
-    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
-}
-
-// `trace`: block 0's warpgroups stamp clock64 at the phases of each tile (thread 0 of each warpgroup): a consumer
-// after the stage is full (0), S in (1), the softmax done and P V issued (2), P V in (3); a register producer at the
-// tile's start (0), the stage free (1), the stage converted and handed over (2). Off (null) otherwise.
-constexpr int kTraceTiles = 512;
-__device__ long long * g_trace = nullptr;  // [warpgroup][tile][4]
-__device__ __forceinline__ void stamp(int wg, int i, int e) {
-    if (g_trace != nullptr && blockIdx.x == 0 && threadIdx.x % 128 == 0 && i < kTraceTiles) {
-        g_trace[(wg * kTraceTiles + i) * 4 + e] = clock64();
-    }
-}
-
 template <int kNc, int kTile, int kMode>
 __global__ void __launch_bounds__((kNc + fa3_of(kMode).producers) * 128, 1)
 probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
@@ -673,13 +685,14 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
     const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32;
     const int row0 = grp * kRows, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
     const int n_local = max(t1 - t0, 0);
+    long long * const tr = trace_rows(wg);
     wg_load_q(q, q_sh, kvh, row0, rows, kRows, tid, kAll);
     fence_proxy_async();
     __syncthreads();
 
     if (wg >= kNc && kRegs) {  // producer warpgroup pw: tiles pw, pw + kNp, ..; thread wtid one row (K keys, then V)
         static_assert(!kRegs || kTile == 64, "a row a producer thread: 2 x 64 rows");
-        if constexpr (kNc + kNp > 2) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+        if constexpr (kNc + kNp > 2) setmaxnreg_dec<kProducerRegs>();
         const int pw = wg - kNc;
         constexpr size_t kStride = size_t(HKV) * kRowBytes;
         constexpr unsigned kLbo = kTile / 8 * 128;
@@ -706,9 +719,9 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
                 if constexpr (kRing == 1) {
                     named_sync(kBarRing + pw, 128);  // every thread done reading the slot (the last tile)
                     issue(i, 0);
-                    cp_wait_all();
+                    cp_wait<0>();
                 } else {
-                    asm volatile("cp.async.wait_group %0;\n" ::"n"(kRing - 2) : "memory");
+                    cp_wait<kRing - 2>();
                 }
                 named_sync(kBarRing + pw, 128);  // tile i's rows in for all; (kRing > 1) slot u - 1 read by all
                 if constexpr (kRing > 1) issue(i + (kRing - 1) * kNp, (u + kRing - 1) % kRing);
@@ -737,30 +750,30 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
         if (pw < n_local) load(cur, t0 + pw);
         for (int i = pw; i < n_local; i += kNp) {
             const int stage = i % kStages;
-            stamp(wg, i, 0);
+            stamp(tr, i, 0);
             if (i + kNp < n_local) load(nxt, t0 + i + kNp);
             if (i >= kStages) named_sync(kBarEmpty + stage, kPair);  // the consumers are done with its last tile
-            stamp(wg, i, 1);
+            stamp(tr, i, 1);
             uint8_t * dst = kv_sh + stage * kStageBytes + which * kTile * D * 2 + (key / 8) * 128 + (key % 8) * 16;
             q4_0_row_to_f16(cur, dst, kLbo);
             fence_proxy_async();
             named_arrive(kBarFull + stage, kPair);
-            stamp(wg, i, 2);
+            stamp(tr, i, 2);
 #pragma unroll
             for (int j = 0; j < kRowBytes / 4; ++j) cur[j] = nxt[j];
         }
         return;
     }
     if (wg == kNc) {  // the producer warpgroup
-        if constexpr (kNc > 1) asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kProducerRegs));
+        if constexpr (kNc > 1) setmaxnreg_dec<kProducerRegs>();
         if (n_local > 0) wg_issue<kTile>(k, v, raw_sh, t0, kvh, wtid, 128);
         for (int i = 0; i < n_local; ++i) {
             const int stage = i & 1;
             if (i + 1 < n_local) {
                 wg_issue<kTile>(k, v, raw_sh + ((i + 1) & 1) * 2 * kTile * kRowBytes, t0 + i + 1, kvh, wtid, 128);
-                asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+                cp_wait<1>();
             } else {
-                cp_wait_all();
+                cp_wait<0>();
             }
             named_sync(kBarProducers, 128);                  // tile i's raw rows in, for all producer threads
             if (i >= 2) named_sync(kBarEmpty + stage, kPair);  // the consumers are done with tile i - 2's stage
@@ -773,7 +786,7 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
         }
         return;
     }
-    if constexpr (kNc + kNp > 2) asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kConsumerRegs));
+    if constexpr (kNc + kNp > 2) setmaxnreg_inc<kConsumerRegs>();
     constexpr int kOnt = kF.split_d ? D / 16 : D / 8;  // O's n-tiles a thread holds
     const int wrow = kF.split_d ? 0 : wg * 64, d0 = kF.split_d ? wg * (D / 2) : 0;  // its rows, its dimensions
     float o[kOnt][4];
@@ -792,7 +805,7 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
         for (int i = 0; i < n_local; ++i) {
             const int stage = i % kStages;
             named_sync(kBarFull + stage, kPair);  // the producer filled this stage with tile i
-            stamp(wg, i, 0);
+            stamp(tr, i, 0);
             if (!kF.no_math && live) {  // wg_tile, with the turns
                 const uint8_t * kv = kv_sh + stage * kStageBytes;
                 float sc[kTile / 8][4];
@@ -800,11 +813,11 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
                 wg_s<kTile>(qc, kv, sc);
                 if (turns && (wg == 0 || i + 1 < n_local)) named_arrive(kBarTurn + 1 - wg, 256);  // (0 takes no more)
                 wgmma_wait<0>();
-                stamp(wg, i, 1);
+                stamp(tr, i, 1);
                 wg_pv<kTile, false, kOnt>(kv, sc, o, m, l, scale_log2, d0);
-                stamp(wg, i, 2);
+                stamp(tr, i, 2);
                 wgmma_wait<0>();
-                stamp(wg, i, 3);
+                stamp(tr, i, 3);
             }
             if (i + kStages < n_local) named_arrive(kBarEmpty + stage, kPair);  // the producer's next tile here waits
         }
@@ -867,6 +880,11 @@ struct Passes {
     int t0, ts, t1, q_lo, q_hi;
     const Ranks * rk;
     __device__ int tail_end(int qi) const { return min(t1, (rk->n_vis[qi] + 63) / 64); }
+    __device__ int count() const {
+        int n = max(ts - t0, 0);
+        for (int qi = q_lo; qi < q_hi; ++qi) n += max(tail_end(qi) - max(t0, ts), 0);
+        return n;
+    }
     __device__ void at(int i, int & t, int & qi) const {
         if (i < ts - t0) {
             t = t0 + i, qi = -1;
@@ -928,12 +946,7 @@ probe_attn_ranked(const half * q, const uint8_t * k, const uint8_t * v, float * 
                 r[4 * j] = x.x, r[4 * j + 1] = x.y, r[4 * j + 2] = x.z, r[4 * j + 3] = x.w;
             }
         };
-        int t_dummy, q_dummy;
-        int n_pass = 0;
-        for (;; ++n_pass) {
-            ps.at(n_pass, t_dummy, q_dummy);
-            if (t_dummy < 0) break;
-        }
+        const int n_pass = ps.count();
         if (n_pass > 0) load(cur, 0);
         for (int i = 0; i < n_pass; ++i) {
             const int stage = i % kStages;
@@ -1133,6 +1146,15 @@ Run run_case(const Case & c, const half * q, const uint8_t * k, const uint8_t * 
 
 bool on_wgmma(int mode) { return mode == kWgmma || is_fa3(mode); }
 bool timing_only(int mode) { return fa3_of(mode).no_convert || fa3_of(mode).no_math; }
+// the blocks a KV head takes for n_q queries (groups of a block's rows)
+int row_groups(const Config & g, int n_q) {
+    return (n_q * G + block_rows(g.nw, g.mode) - 1) / block_rows(g.nw, g.mode);
+}
+// tiles a segment so that n_tiles fill `waves` waves of blocks (g.minb a multiprocessor), at most max_seg segments
+int wave_seg_tiles(const Config & g, int n_q, int n_tiles, int n_sm, int waves, int max_seg) {
+    const int want = std::min({std::max(1, waves * g.minb * n_sm / (HKV * row_groups(g, n_q))), max_seg, n_tiles});
+    return (n_tiles + want - 1) / want;
+}
 
 // argv[1]: "mma" (the mma.sync shapes), "wgmma" (the wgmma ones, checked against the serial mma.sync tree), none
 // (both), or "profile" / "trace" (below)
@@ -1219,9 +1241,8 @@ int main(int argc, char ** argv) {
         for (const Shape & s : kShapes) {
             const Config & g = s.cfg;
             if ((g.mode != kFa3 && g.mode != kFa3Regs2P) || g.kt != 64 || !hopper) continue;
-            const int br = block_rows(g.nw, g.mode), n_grp = (s.n_q * G + br - 1) / br, n_tiles = 131072 / g.kt;
-            const int want = std::min(n_sm / (HKV * n_grp), n_tiles);
-            const Run r = run_case({s.n_q, 131072, (n_tiles + want - 1) / want, g}, q, k, v, part, dst, 1);
+            const int seg_tiles = wave_seg_tiles(g, s.n_q, 131072 / g.kt, n_sm, 1, kMaxSeg);
+            const Run r = run_case({s.n_q, 131072, seg_tiles, g}, q, k, v, part, dst, 1);
             std::printf("profile: %s, %d queries, 128K keys: %.1f us\n", mode_name(g.mode), s.n_q, r.attn_us);
         }
         return 0;
@@ -1239,8 +1260,7 @@ int main(int argc, char ** argv) {
             const Fa3 f = fa3_of(g.mode);
             const bool traced = is_fa3(g.mode) && f.regs && !f.ring && !f.no_math && f.stages == 2;
             if (!traced || g.kt != 64 || s.n_q != 23) continue;
-            const int br = block_rows(g.nw, g.mode), n_grp = (s.n_q * G + br - 1) / br, n_tiles = 131072 / g.kt;
-            const int want = std::min(n_sm / (HKV * n_grp), n_tiles), seg_tiles = (n_tiles + want - 1) / want;
+            const int seg_tiles = wave_seg_tiles(g, s.n_q, 131072 / g.kt, n_sm, 1, kMaxSeg);
             CHECK(cudaMemset(tr, 0, n_tr * sizeof(long long)));
             run_case({s.n_q, 131072, seg_tiles, g}, q, k, v, part, dst, 1);  // (the last of 3 launches stays)
             std::vector<long long> h(n_tr);
@@ -1350,14 +1370,13 @@ int main(int argc, char ** argv) {
                 "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     for (const Shape & s : kShapes) {
         const Config & g = s.cfg;
-        const int n_q = s.n_q, n_grp = (n_q * G + block_rows(g.nw, g.mode) - 1) / block_rows(g.nw, g.mode);
+        const int n_q = s.n_q, n_grp = row_groups(g, n_q);
         if ((on_wgmma(g.mode) && !hopper) || !wanted(g.mode)) continue;
         for (int n_kv : {4096, 32768, 131072}) {
             // one wave of blocks (as many a multiprocessor as the registers are capped for), and two
             for (int waves : {1, 2}) {
                 const int n_tiles = n_kv / g.kt;
-                const int want = std::min({std::max(1, waves * g.minb * n_sm / (HKV * n_grp)), kMaxSeg, n_tiles});
-                Case c{n_q, n_kv, (n_tiles + want - 1) / want, g};
+                Case c{n_q, n_kv, wave_seg_tiles(g, n_q, n_tiles, n_sm, waves, kMaxSeg), g};
                 const int n_seg = (n_tiles + c.seg_tiles - 1) / c.seg_tiles;
                 const bool f16 = g.mode == kF16;
                 const Run r = run_case(c, q, f16 ? kf : k, f16 ? vf : v, part, dst, 20);
@@ -1459,7 +1478,7 @@ int main(int argc, char ** argv) {
         ok &= differ == 0;
         // the timing: the tree at ~128K, one wave, against the block without ranks
         const int p_deep = kMaxKv - kNodes, n_tiles = (p_deep + max_depth + 63) / 64;
-        const int seg_deep = (n_tiles + n_sm / (HKV * 3) - 1) / (n_sm / (HKV * 3));
+        const int seg_deep = wave_seg_tiles({4, kFa3Regs, 64, 1}, kNodes, n_tiles, n_sm, 1, kMaxSeg);
         set_tree(p_deep);
         const float us = launch_ranked(q, k, v, kNodes, p_deep + max_depth, seg_deep, 20);
         const Run plain = run_case({kNodes, kMaxKv, seg_deep, {4, kFa3Regs, 64, 1}}, q, k, v, part, dst, 20);

@@ -100,7 +100,7 @@ __global__ void __launch_bounds__(128) wg_mma(const half * A, const half * Bt, f
             *reinterpret_cast<half *>(sa + kmajor_byte(k, m, lbo_a)) = A[i];
         }
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy stores, then async-proxy reads
+    fence_proxy_async();  // generic-proxy stores, then async-proxy reads
     __syncthreads();
     float d[N / 2];
     for (int i = 0; i < N / 2; ++i) d[i] = 0.f;
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(128) wg_mma(const half * A, const half * Bt, f
     if (!kSmemA) {
         for (int s = 0; s < kSteps; ++s) a_frag(A, 16 * w, s, a[s]);
     }
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+    wgmma_fence();
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
         // k-step s: k groups 2 s and 2 s + 1
@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(128) wg_mma(const half * A, const half * Bt, f
             wgmma_rs<kTransB>(d, a[s], db, sd);
         }
     }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    wgmma_commit();
+    wgmma_wait<0>();
     const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     // D: warp w rows 16 w + g (+ 8), n-tile i's columns 8 i + 2 t (+ 1) in d[4 i .. 4 i + 3]
     for (int i = 0; i < N / 8; ++i) {
@@ -231,17 +231,17 @@ __global__ void __launch_bounds__(128) bench_wgmma(int reps, float * sink) {
     for (int i = threadIdx.x; i < 32 * kK / 2; i += 128) {
         reinterpret_cast<unsigned *>(sb)[i] = 0x3c003c00u ^ (i & 0x00ff00ffu);
     }
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    fence_proxy_async();
     __syncthreads();
     unsigned a[4] = {0x3c003c00u, 0x3c003c00u, threadIdx.x, 0x3c00u};
     float d[16] = {};
     const unsigned lbo = 4 * 128, sbo = 128;
     for (int r = 0; r < reps; ++r) {
-        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        wgmma_fence();
 #pragma unroll
         for (int s = 0; s < kSteps; ++s) wgmma_rs<0>(d, a, wgmma_desc(sb + 2 * s * lbo, lbo, sbo), 1);
-        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        wgmma_commit();
+        wgmma_wait<0>();
     }
     float acc = 0; for (int i = 0; i < 16; ++i) acc += d[i];
     if (acc == 12345.f) sink[threadIdx.x] = acc;

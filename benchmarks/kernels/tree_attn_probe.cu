@@ -678,9 +678,9 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
     static_assert(kNp == 1 || (kRegs && kStages >= kNp), "producer warpgroups take the tiles in turn");
     constexpr unsigned kStageBytes = 2 * kTile * D * 2;  // K, then V
     extern __shared__ uint4 smem_u4[];
-    uint8_t * q_sh = (uint8_t *) smem_u4;         // [kNc][64 rows x D]
-    uint8_t * kv_sh = q_sh + kNc * kWgQBytes;     // [2 stages][K, V][kTile x D]
-    uint8_t * raw_sh = kv_sh + kStages * kStageBytes;  // [2 slots][K, V][kTile][kRowBytes]
+    uint8_t * q_sh = (uint8_t *) smem_u4;             // [kRows / 64][64 rows x D] (split D: one 64 for both)
+    uint8_t * kv_sh = q_sh + kRows / 64 * kWgQBytes;  // [stages][K, V][kTile x D]
+    uint8_t * raw_sh = kv_sh + kStages * kStageBytes; // [2 slots][K, V][kTile][kRowBytes]
     const int kvh = blockIdx.x % HKV, grp = blockIdx.x / HKV % n_grp, seg = blockIdx.x / (HKV * n_grp);
     const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32;
     const int row0 = grp * kRows, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);

@@ -253,9 +253,10 @@ int main(int argc, char ** argv) {
     for (const Shape & s : shapes) {
         for (const auto & [tk, tv] : kv_types) {
             const char * names = ggml_type_name(tk);
-            // tree == AR, prefixes that end mid-chunk and on a chunk boundary, and one whose segment 2 holds
-            // dense chunks and then the tree's scattered ranks
-            for (int n_past : {700, 1024, 2600}) {
+            // tree == AR, prefixes that end mid-chunk and on a chunk boundary, one whose segment 2 holds dense
+            // chunks and then the tree's scattered ranks, and one whose nodes lie on both sides of 4,096 visible rows
+            // (the Hopper path's segment length doubles there: two classes of rows in one block)
+            for (int n_past : {700, 1024, 2600, 4090}) {
                 std::vector<std::vector<int>> paths;
                 const int n_kv = n_past + 64;
                 Problem tree = tree_problem(s, n_past, 23, n_kv, rng, paths);
@@ -273,8 +274,9 @@ int main(int argc, char ** argv) {
                             ok ? "ok" : "BAD", s.D, s.H, s.Hkv, names, ggml_type_name(tv), n_past, off, err,
                             ok ? "" : "<--");
             }
-            // prefill: each query alone, and the key range padded (keys in one segment, and in two)
-            for (int n_past : {200, 1500}) {
+            // prefill: each query alone, and the key range padded (keys in one segment, and in two; and queries on
+            // both sides of 4,096 visible rows)
+            for (int n_past : {200, 1500, 3900}) {
                 const int n_q = 300, n_kv = n_past + n_q;
                 Problem pre = prefill_problem(s, n_past, n_q, n_kv, rng);
                 const std::vector<float> got = attend(cuda, s, tk, tv, pre);

@@ -2,9 +2,9 @@
 # One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
 #                                                serverbench attnprof ab lbqprof lbqprefprof stock patchab
-#                                                libab wgmma probe all (default: all)
-# LUCEBOX_CUDA_ARCHS: the architecture the build and stock stages compile for (default 90; 90a adds Hopper-only
-# instructions such as wgmma).
+#                                                libab wgmma probe attn depth all (default: all)
+# LUCEBOX_CUDA_ARCHS: the architecture the build and stock stages compile for (default 90a: Hopper-only
+# instructions such as wgmma, the invariant attention's H100 path; 90 leaves them out).
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 set -uo pipefail
@@ -15,7 +15,7 @@ cd "$ROOT"
 OUT="${OUT:-$ROOT/build/device-out}"
 mkdir -p "$OUT"
 JOBS="$(nproc)"
-ARCHS="${LUCEBOX_CUDA_ARCHS:-90}"
+ARCHS="${LUCEBOX_CUDA_ARCHS:-90a}"
 BUILD="$ROOT/build/cuda"
 WORK="${LUCEBOX_DEVICE_WORK:-/tmp/lucebox-device}"   # big generated files (not brought back)
 mkdir -p "$WORK"
@@ -209,6 +209,35 @@ stage_patchab() {
     cmake --build "$BUILD" -j "$JOBS" --target attn_check >"$OUT/patchab_build.log" 2>&1 || { echo "patchab: build failed"; return 1; }
     # shellcheck disable=SC2086
     ab_run patchab "$ROOT/vendor/src/ggml" attn_check attn_bench ${LUCEBOX_AB_PATCH:-}
+}
+
+# The invariant attention's checks and bench (attn_check: tree == AR, prefill == one query, vs CPU; times against
+# ggml's own kernels) with its Hopper path (attn_wg.txt) and without (GGML_CUDA_INVARIANT_WGMMA=0: the mma.sync kernel
+# everywhere, attn_mma.txt), on one machine. Needs `build` (LUCEBOX_BUILD_TARGETS may be "lucebox attn_check").
+stage_attn() {
+    local rc=0 name
+    for name in wg mma; do
+        echo "attn_check bench, ${name}:"
+        if [ "$name" = wg ]; then
+            timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" bench >"$OUT/attn_$name.txt" 2>&1 || rc=1
+        else
+            GGML_CUDA_INVARIANT_WGMMA=0 timeout "${LUCEBOX_ATTN_TIMEOUT:-240}" "$BUILD/attn_check" bench \
+                >"$OUT/attn_$name.txt" 2>&1 || rc=1
+        fi
+        grep -E "BAD|FAIL|all ok|q4_0 \| (4096|131072)" "$OUT/attn_$name.txt"
+    done
+    return $rc
+}
+
+# The depth bench: the decode step at 4K and 128K over a q4_0 cache (issue 19's ratios: AR and verify at 128K against
+# 4K), step_bench with LUCEBOX_DEPTH_ARGS, results in depth.json
+stage_depth() {
+    export LUCEBOX_LIB="$BUILD/liblucebox.so"
+    synth_ready || return 1
+    local args=(${LUCEBOX_DEPTH_ARGS:---ctx 4096,131072 --kv q4_0 --n-gen 32 --steps 6})
+    python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
+        "${args[@]}" --json "$OUT/depth.json" 2>&1 | tee "$OUT/depth.txt" | grep "^|"
+    return "${PIPESTATUS[0]}"
 }
 
 # The decode step without and with a patch to lucebox's own sources (native/, the engine: say `git diff main
@@ -406,7 +435,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
         build|kernels|stock|wgmma|probe) "stage_$s" || rc=1 ;;
-        mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|patchab|libab)
+        mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|patchab|libab|attn|depth)
             if [ -f "$BUILD/liblucebox.so" ]; then "stage_$s" || rc=1; else
                 # a machine that went back between calls comes fresh, without the last call's build
                 echo "run.sh: stage $s needs a build and $BUILD has none: put the build stage first in this call"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One script for the lent GPU machine: build (CUDA, sm_90, all cores), GPU tests, benchmarks.
+# One script for the lent GPU machine: build (CUDA, sm_90a, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
 #                                                serverbench attnprof ab lbqprof lbqprefprof stock patchab
 #                                                libab wgmma probe attn depth all (default: all)

@@ -283,16 +283,20 @@ stage_attnprof() {
     grep -E "fattn_invariant|Duration|Achieved Occupancy|Registers Per|Stall" "$OUT/attn_ncu.txt" | head -80
     case "${LUCEBOX_ATTNPROF:-}" in hot|full) ;; *) return 0 ;; esac
     # where the warps wait (stall reasons per kernel)
-    [ "${LUCEBOX_ATTNPROF:-}" = full ] && { timeout 200 ncu -k regex:fattn_invariant_mma --section WarpStateStats \
+    [ "${LUCEBOX_ATTNPROF:-}" = full ] && { timeout 200 ncu -k regex:"fattn_invariant_(mma|wg)" --section WarpStateStats \
         --print-details body "$BUILD/attn_check" profile >"$OUT/attn_ncu_stalls.txt" 2>&1 || true; }
-    # ... and by SASS line for the last two mma launches of `attn_check profile`: the last is one query at 128K over
-    # q4_0, the one before it (part of) the 23-node tree at 128K (the launches of the first pass, in order, say which)
-    local n_mma name skip
-    n_mma=$(grep -c "fattn_invariant_mma.*Context" "$OUT/attn_ncu.txt")
+    # ... and by SASS line for the last two launches of the Q4_0 block of `attn_check profile` (LUCEBOX_ATTNPROF_KERNEL:
+    # fattn_invariant_wg where the build has the Hopper path, else fattn_invariant_mma): the last is one query at 128K,
+    # the one before it (part of) the 23-node tree at 128K (the launches of the first pass, in order, say which)
+    # (the name up to its template or parameter list: fattn_invariant_wg, not fattn_invariant_wg_merge)
+    local n_mma name skip kernel=${LUCEBOX_ATTNPROF_KERNEL:-fattn_invariant_wg}
+    grep -qE "$kernel[<(].*Context" "$OUT/attn_ncu.txt" || kernel=fattn_invariant_mma
+    n_mma=$(grep -cE "$kernel[<(].*Context" "$OUT/attn_ncu.txt")
     for name in tree_128k 1q_128k; do
         if [ "$name" = tree_128k ]; then skip=$((n_mma - 2)); else skip=$((n_mma - 1)); fi
         [ "$skip" -ge 0 ] || continue
-        timeout 150 ncu -k regex:fattn_invariant_mma --launch-skip "$skip" --launch-count 1 --section WarpStateStats \
+        timeout 150 ncu --kernel-name-base demangled -k regex:"$kernel[<(]" --launch-skip "$skip" --launch-count 1 \
+            --section WarpStateStats \
             --section SourceCounters -f -o "$WORK/attn_$name" "$BUILD/attn_check" profile >/dev/null 2>&1 &&
             ncu -i "$WORK/attn_$name.ncu-rep" --page source --csv --print-source sass >"$WORK/attn_sass.csv" 2>&1 &&
             python3 benchmarks/device/sass_hot.py "$WORK/attn_sass.csv" 80 >"$OUT/attn_sass_hot_$name.txt" 2>&1 || true

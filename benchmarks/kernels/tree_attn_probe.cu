@@ -29,7 +29,8 @@
 // best shape at fixed segment lengths (what a kernel whose bits cannot depend on the call would take). Then keys by
 // rank (probe_attn_ranked: the masks and gathered tails of a real tree on the register-producer block), checked bit
 // for bit against one-query calls over each node's path and timed. `profile` runs two shapes a few times for Nsight
-// Compute; `trace` stamps the phases of a tile; `cluster` checks and times the cluster shape against the 2-producer block.
+// Compute; `trace` stamps the phases of a tile; `cluster` checks and times the cluster shape against the 2-producer
+// block.
 // A 64-key tree block takes 147-214 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a
 // real kernel would take 32-key tiles there).
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/kernels/tree_attn_probe.cu -o tree_attn_probe

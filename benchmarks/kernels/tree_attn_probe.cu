@@ -21,18 +21,22 @@
 // around it (a producer warpgroup converting a tile ahead, 1 or 2 consumer warpgroups), with its variants (Fa3): the
 // producer threads owning a K or V row each, loaded into registers a tile ahead (the fastest: ~300 us for the tree at
 // 128K, ~115 for one query, twenty-ninth session), 1 or 2 producer warpgroups, 3 stages, raw rows through a cp.async
-// ring, and timing-only cuts (no conversion, no consumer math) that say which side bounds a tile. Checks each tile
+// ring, and timing-only cuts (no conversion, no consumer math) that say which side bounds a tile; and the tree's 3
+// row groups as a cluster converting a third of each tile each (probe_attn_cluster, part `cluster`: written in the
+// thirtieth session, not run yet). Checks each tile
 // length against a CPU reference (double) and every shape bit for bit against the others at 2K keys, then times each
 // shape at 4K / 32K / 128K keys (23 queries, or one), with its registers, spills and blocks a multiprocessor, and the
 // best shape at fixed segment lengths (what a kernel whose bits cannot depend on the call would take). Then keys by
 // rank (probe_attn_ranked: the masks and gathered tails of a real tree on the register-producer block), checked bit
 // for bit against one-query calls over each node's path and timed. `profile` runs two shapes a few times for Nsight
-// Compute; `trace` stamps the phases of a tile.
+// Compute; `trace` stamps the phases of a tile; `cluster` checks and times the cluster shape against the 2-producer
+// block.
 // A 64-key tree block takes 147-214 KB of shared memory (H100 / H200 / A100; an RTX 3090-5090 gives a block 99 KB: a
 // real kernel would take 32-key tiles there).
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/kernels/tree_attn_probe.cu -o tree_attn_probe
 //   (or -arch=sm_80 and up, without the wgmma shapes); -DPROBE_LEAN=0: the softmax of the twenty-eighth session
 //   (`run.sh probe` runs it.)
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -108,10 +112,10 @@ __device__ __forceinline__ unsigned pack2(float x, float y) {
 // probe converted that way: Q4_0 ~300 us over F16 at 128K, H100, twenty-eighth session).
 // dst: values 8 j .. 8 j + 7 at dst + j stride bytes (16: contiguous)
 // (q4_0_words_to_f16: the block already in registers, as the 5 words around it; odd: it starts 2 bytes into the first)
-__device__ __forceinline__ void q4_0_words_to_f16(const unsigned (&wv)[5], unsigned odd, uint8_t * dst, int stride) {
+// (q4_0_words_to_halves: the 32 values as 16 half2 words, value 2 i in the low half of out[i])
+__device__ __forceinline__ void q4_0_words_to_halves(const unsigned (&wv)[5], unsigned odd, unsigned (&out)[16]) {
     const unsigned d_bits = __byte_perm(wv[0], 0, odd ? 0x3232 : 0x1010);
     const half2 d2 = *(const half2 *) &d_bits, off = __float2half2_rn(1032.0f);
-    unsigned out[16];
     auto put = [&](unsigned x, int v0) {  // 4 nibbles as bytes -> values v0 .. v0 + 3
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -126,6 +130,10 @@ __device__ __forceinline__ void q4_0_words_to_f16(const unsigned (&wv)[5], unsig
         put(q & 0x0F0F0F0Fu, 4 * i);
         put((q >> 4) & 0x0F0F0F0Fu, 16 + 4 * i);
     }
+}
+__device__ __forceinline__ void q4_0_words_to_f16(const unsigned (&wv)[5], unsigned odd, uint8_t * dst, int stride) {
+    unsigned out[16];
+    q4_0_words_to_halves(wv, odd, out);
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         *(uint4 *) (dst + i * stride) = make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
@@ -291,9 +299,11 @@ __device__ __forceinline__ void store_partial(float * part, int r0, const float 
 // kFa3PingPong: the register producer and 2 consumer warpgroups taking the tensor cores in turn. kFa3SplitD: the
 // register producer and 2 consumer warpgroups on the same 64 rows, each computing S and the softmax (the same bits)
 // and O for half of V's dimensions (m64n128k16): twice the warps on each row's latency chain, half of O a thread.
+// kFa3Cluster (probe_attn_cluster): the tree's 3 row groups of a KV head and segment as a cluster of 3 blocks, each
+// block's producer warpgroup converting a third of every tile into the stages of all three (distributed shared memory).
 // (fa3_of reads the order: the FA3 shapes from kFa3 on, the register producers from kFa3Regs on)
 enum Mode { kSerial, kF16, kProducers, kWgmma, kFa3, kFa3Ahead, kFa3NoConvert, kFa3NoMath, kFa3Regs, kFa3Regs3,
-            kFa3RegsNoMath, kFa3Regs2P, kFa3Ring, kFa3Ring2P, kFa3PingPong, kFa3SplitD };
+            kFa3RegsNoMath, kFa3Regs2P, kFa3Ring, kFa3Ring2P, kFa3PingPong, kFa3SplitD, kFa3Cluster };
 constexpr int kProducerWarps = 2;
 const char * mode_name(int mode) {
     return mode == kF16 ? "f16" : mode == kSerial ? "q4_0 serial" : mode == kProducers ? "q4_0 producers"
@@ -307,6 +317,7 @@ const char * mode_name(int mode) {
          : mode == kFa3Ring2P ? "q4_0 wgmma + 2 producer warpgroups, raw slot each"
          : mode == kFa3PingPong ? "q4_0 wgmma ping-pong + producer warpgroup from registers"
          : mode == kFa3SplitD ? "q4_0 wgmma split-D + producer warpgroup from registers"
+         : mode == kFa3Cluster ? "q4_0 wgmma, a cluster of the 3 row groups converting a third each"
          : mode == kFa3RegsNoMath ? "(timing) wgmma + producer warpgroup from registers, no consumer math"
          : "q4_0 wgmma + producer warpgroup, S ahead";
 }
@@ -858,6 +869,118 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
 #endif
 }
 
+// ---- The tree's 3 row groups as a cluster (distributed shared memory) ----
+// The 3 blocks of a tree's KV head and segment read and convert the same K / V tiles; in probe_attn_fa3 each converts
+// all of every tile, so conversion is 3 times the tree's (the one-query call's tree of one block takes a third of the
+// time). Here they run as a cluster of 3: block r's producer warpgroup converts a third of each tile's quant blocks
+// (items r 128 + thread + 384 j: 3 a thread in blocks 0 and 1, 2 in block 2; consecutive threads consecutive keys) and
+// stores each 16 bytes into the stage of all three blocks (their shared memory as generic pointers), while its
+// consumer warpgroup computes the tile before from the other stage (wg_tile: the bits of probe_attn_wg). One cluster
+// barrier a tile hands both stages over (arrive.release / wait.acquire over the 768 threads; the stores' proxy fence
+// before it, wgmma reading them after). A thread loads its next tile's quant blocks (5 words each) into registers
+// while converting this one's. 256 threads, no setmaxnreg. Block index: cluster rank (row group) fastest, then the
+// KV head, then the segment. The tree only (3 row groups).
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define PROBE_CLUSTER_OF_3 __cluster_dims__(3, 1, 1)
+#else
+#define PROBE_CLUSTER_OF_3  // (no clusters before sm_90: the body traps there)
+#endif
+template <int kTile>
+__global__ void PROBE_CLUSTER_OF_3 __launch_bounds__(256, 1)
+probe_attn_cluster(const half * q, const uint8_t * k, const uint8_t * v, float * part, int n_q, int n_grp, int n_tiles,
+                   int seg_tiles, float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    constexpr unsigned kStageBytes = 2 * kTile * D * 2, kLbo = kTile / 8 * 128;
+    constexpr int kItems = 2 * kTile * (D / 32);    // quant blocks a tile: K's, then V's
+    constexpr int kPer = (kItems + 383) / 384;      // a producer thread's quant blocks a tile (the most)
+    constexpr size_t kStride = size_t(HKV) * kRowBytes;
+    extern __shared__ uint4 smem_u4[];
+    uint8_t * q_sh = (uint8_t *) smem_u4;  // 64 rows x D
+    uint8_t * kv_sh = q_sh + kWgQBytes;    // [2 stages][K, V][kTile x D]
+    const int cr = int(cluster.block_rank());
+    const int kvh = blockIdx.x / 3 % HKV, seg = blockIdx.x / (3 * HKV);
+    const int tid = threadIdx.x, wg = tid / 128, wtid = tid % 128, warp = wtid / 32;
+    const int row0 = cr * 64, rows = n_q * G - row0, t0 = seg * seg_tiles, t1 = min(t0 + seg_tiles, n_tiles);
+    const int n_local = max(t1 - t0, 0);
+    if (n_grp != 3) __trap();  // (launched for the tree only)
+    wg_load_q(q, q_sh, kvh, row0, rows, 64, tid, 256);
+    fence_proxy_async();
+    uint8_t * kv_of[3];  // each block's stages, as generic pointers
+#pragma unroll
+    for (int b = 0; b < 3; ++b) kv_of[b] = cluster.map_shared_rank(kv_sh, b);
+    cluster.sync();  // Q in; every block of the cluster running (its shared memory may be written)
+
+    // the producer's items: quant block qb of key `key` of K or V; its tile-0 source and its stage offset
+    const uint8_t * src[kPer];
+    int dst_off[kPer];
+    bool has[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+        const int item = cr * 128 + wtid + 384 * j;
+        has[j] = item < kItems;
+        const int which = item / (kTile * (D / 32)), within = item % (kTile * (D / 32));
+        const int key = within % kTile, qb = within / kTile;
+        src[j] = (which ? v : k) + size_t(key) * kStride + kvh * kRowBytes + qb * 18;
+        dst_off[j] = which * kTile * D * 2 + 4 * qb * kLbo + (key / 8) * 128 + (key % 8) * 16;
+    }
+    unsigned cur[kPer][5], nxt[kPer][5];
+    auto load = [&](unsigned (&w)[kPer][5], int t) {  // the 5 words around each item's quant block in tile t
+#pragma unroll
+        for (int j = 0; j < kPer; ++j) {
+            if (!has[j]) continue;
+            const uint8_t * p = src[j] + size_t(t) * kTile * kStride;
+            const unsigned * w4 = (const unsigned *) (p - (uintptr_t(p) & 2));
+#pragma unroll
+            for (int i = 0; i < 5; ++i) w[j][i] = __ldg(w4 + i);
+        }
+    };
+
+    float o[D / 8][4];
+#pragma unroll
+    for (int nt = 0; nt < D / 8; ++nt) o[nt][0] = o[nt][1] = o[nt][2] = o[nt][3] = 0.0f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    if (wg == 1 && n_local > 0) load(cur, t0);
+    for (int i = 0; i <= n_local; ++i) {
+        if (wg == 1) {
+            if (i < n_local) {  // tile i's third into stage i & 1 of the three blocks
+                if (i + 1 < n_local) load(nxt, t0 + i + 1);
+                const unsigned stage = (i & 1) * kStageBytes;
+#pragma unroll
+                for (int j = 0; j < kPer; ++j) {
+                    if (!has[j]) continue;
+                    unsigned out[16];
+                    q4_0_words_to_halves(cur[j], unsigned(uintptr_t(src[j]) & 2), out);
+#pragma unroll
+                    for (int b = 0; b < 3; ++b) {
+#pragma unroll
+                        for (int e = 0; e < 4; ++e) {
+                            *(uint4 *) (kv_of[b] + stage + dst_off[j] + e * kLbo) =
+                                make_uint4(out[4 * e], out[4 * e + 1], out[4 * e + 2], out[4 * e + 3]);
+                        }
+                    }
+                }
+                asm volatile("fence.proxy.async.shared::cluster;\n" ::: "memory");
+#pragma unroll
+                for (int j = 0; j < kPer; ++j) {
+#pragma unroll
+                    for (int e = 0; e < 5; ++e) cur[j][e] = nxt[j][e];
+                }
+            }
+        } else if (i > 0 && rows > 0) {  // the consumer: tile i - 1
+            wg_tile<kTile>(q_sh, kv_sh + ((i - 1) & 1) * kStageBytes, o, m, l, scale_log2);
+        }
+        cluster.sync();  // tile i in all three blocks' stage i & 1; tile i - 1's stage free
+    }
+    if (wg == 0 && warp * 16 < rows) {
+        store_partial(part + (size_t(seg) * HKV + kvh) * (n_grp * 64) * (D + 2), row0 + warp * 16, o, m, l);
+    }
+#else
+    __trap();  // built without sm_90a: the table skips this shape
+#endif
+}
+
 // ---- Ranked keys (what the invariant attention must keep, on the block above) ----
 // A row sees its query's visible cache rows in slot order, numbered by rank: a dense run [0, f) and then scattered
 // slots (a tree node's ancestors). A tree node's ranks are those of an AR step at the end of its path, so a block that
@@ -1052,6 +1175,8 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
     auto * kernel = [] {
         if constexpr (kMode == kWgmma) {
             return probe_attn_wg<KT, MINB>;
+        } else if constexpr (kMode == kFa3Cluster) {
+            return probe_attn_cluster<KT>;
         } else if constexpr (is_fa3(kMode)) {
             return probe_attn_fa3<NW / 4, KT, kMode>;
         } else {
@@ -1068,7 +1193,11 @@ Run launch(const Case & c, const half * q, const uint8_t * k, const uint8_t * v,
     CHECK(cudaFuncGetAttributes(&fa, kernel));
     r.regs = fa.numRegs;
     r.local_bytes = int(fa.localSizeBytes);
-    CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.blocks_per_sm, kernel, threads, smem));
+    if (kMode == kFa3Cluster) {
+        r.blocks_per_sm = 1;  // (a cluster kernel: the occupancy query is cudaOccupancyMaxActiveClusters's)
+    } else {
+        CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&r.blocks_per_sm, kernel, threads, smem));
+    }
     const float scale_log2 = 1.0f / std::sqrt(float(D)) * 1.4426950408889634f;
     cudaEvent_t e0, e1, e2;
     CHECK(cudaEventCreate(&e0));
@@ -1121,6 +1250,7 @@ const Shape kShapes[] = {
     SHAPE(4, kFa3Regs, 64, 1, 23), SHAPE(8, kFa3Regs, 64, 1, 23), SHAPE(4, kFa3Regs3, 64, 1, 23),
     SHAPE(4, kFa3RegsNoMath, 64, 1, 23), SHAPE(4, kFa3Regs2P, 64, 1, 23), SHAPE(4, kFa3Ring, 64, 1, 23),
     SHAPE(4, kFa3Ring2P, 64, 1, 23), SHAPE(8, kFa3PingPong, 64, 1, 23), SHAPE(8, kFa3SplitD, 64, 1, 23),
+    SHAPE(4, kFa3Cluster, 64, 1, 23),
     SHAPE(4, kSerial, 64, 1, 1), SHAPE(4, kProducers, 64, 1, 1), SHAPE(4, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 64, 2, 1), SHAPE(1, kProducers, 64, 1, 1), SHAPE(1, kF16, 64, 1, 1),
     SHAPE(1, kSerial, 32, 3, 1), SHAPE(1, kProducers, 32, 2, 1), SHAPE(1, kF16, 32, 3, 1),
@@ -1165,13 +1295,19 @@ int main(int argc, char ** argv) {
     const bool profile = std::strcmp(only, "profile") == 0;
     // trace: the register-producer shapes' phases per tile (block 0, the tree at 128K), in cycles
     const bool trace = std::strcmp(only, "trace") == 0;
-    if (*only && std::strcmp(only, "mma") != 0 && std::strcmp(only, "wgmma") != 0 && !profile && !trace) {
-        std::fprintf(stderr, "usage: tree_attn_probe [mma|wgmma|profile|trace]\n");
+    // cluster: the cluster shape and the 2-producer block it is measured against (a process of their own: a cluster
+    // launch that faults keeps the other tables)
+    const bool cluster_part = std::strcmp(only, "cluster") == 0;
+    if (*only && std::strcmp(only, "mma") != 0 && std::strcmp(only, "wgmma") != 0 && !profile && !trace &&
+        !cluster_part) {
+        std::fprintf(stderr, "usage: tree_attn_probe [mma|wgmma|cluster|profile|trace]\n");
         return 2;
     }
     // a shape this run measures (the serial tree, every check's reference, runs either way)
     auto wanted = [&](int mode) {
-        return !*only || (std::strcmp(only, "wgmma") == 0) == on_wgmma(mode);
+        if (!*only) return true;
+        if (cluster_part) return mode == kFa3Cluster || mode == kFa3Regs2P;
+        return (std::strcmp(only, "wgmma") == 0) == on_wgmma(mode) && mode != kFa3Cluster;
     };
     constexpr int kMaxKv = 131072, kMaxQ = 23, kMaxSeg = 264;
     std::vector<uint8_t> hk(size_t(kMaxKv) * HKV * kRowBytes), hv(hk.size());
@@ -1258,7 +1394,8 @@ int main(int argc, char ** argv) {
         for (const Shape & s : kShapes) {
             const Config & g = s.cfg;
             const Fa3 f = fa3_of(g.mode);
-            const bool traced = is_fa3(g.mode) && f.regs && !f.ring && !f.no_math && f.stages == 2;
+            const bool traced = is_fa3(g.mode) && f.regs && !f.ring && !f.no_math && f.stages == 2 &&
+                                g.mode != kFa3Cluster;
             if (!traced || g.kt != 64 || s.n_q != 23) continue;
             const int seg_tiles = wave_seg_tiles(g, s.n_q, 131072 / g.kt, n_sm, 1, kMaxSeg);
             CHECK(cudaMemset(tr, 0, n_tr * sizeof(long long)));
@@ -1390,7 +1527,7 @@ int main(int argc, char ** argv) {
     // Ranked keys (probe_attn_ranked): a 23-node tree (random parents, node i's K / V rows at slot p + i) at depth p,
     // each node's rows == a one-query call over a cache holding [0, p) and then its path contiguously; then the tree
     // at 128K timed against the same block without ranks (kFa3Regs)
-    if (hopper && wanted(kFa3Regs)) {
+    if (hopper && wanted(kFa3Regs) && !cluster_part) {
         constexpr int kNodes = 23;
         int parent[kNodes];
         std::vector<int> anc[kNodes];  // root .. node, ascending
@@ -1490,7 +1627,7 @@ int main(int argc, char ** argv) {
     }
     // A kernel whose bits may not depend on the call can fix its segment length only by the row's own depth, not by
     // the wave the call fills: the best shape at fixed segment lengths (64-key tiles: 1,024 / 2,048 / 4,096 keys)
-    if (hopper && wanted(kFa3Regs2P)) {
+    if (hopper && wanted(kFa3Regs2P) && !cluster_part) {
         std::printf("\n| fixed segments: cache, block | queries | keys | keys a segment | blocks | attention us | "
                     "merge us | total us |\n|---|---|---|---|---|---|---|---|\n");
         for (int n_q : {23, 1}) {

@@ -22,8 +22,8 @@
 // producer threads owning a K or V row each, loaded into registers a tile ahead (the fastest: ~300 us for the tree at
 // 128K, ~115 for one query, twenty-ninth session), 1 or 2 producer warpgroups, 3 stages, raw rows through a cp.async
 // ring, and timing-only cuts (no conversion, no consumer math) that say which side bounds a tile; and the tree's 3
-// row groups as a cluster converting a third of each tile each (probe_attn_cluster, part `cluster`: written in the
-// thirtieth session, not run yet). Checks each tile
+// row groups as a cluster converting a third of each tile each (probe_attn_cluster, part `cluster`: 2.6x slower than
+// the 2-producer block for the tree at 128K, 927.9 us against 352.7, H200, thirty-first session). Checks each tile
 // length against a CPU reference (double) and every shape bit for bit against the others at 2K keys, then times each
 // shape at 4K / 32K / 128K keys (23 queries, or one), with its registers, spills and blocks a multiprocessor, and the
 // best shape at fixed segment lengths (what a kernel whose bits cannot depend on the call would take). Then keys by
@@ -879,7 +879,8 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
 // barrier a tile hands both stages over (arrive.release / wait.acquire over the 768 threads; the stores' proxy fence
 // before it, wgmma reading them after). A thread loads its next tile's quant blocks (5 words each) into registers
 // while converting this one's. 256 threads, no setmaxnreg. Block index: cluster rank (row group) fastest, then the
-// KV head, then the segment. The tree only (3 row groups).
+// KV head, then the segment. The tree only (3 row groups). Measured (H200, session 31): all ok, but 2.6x slower than
+// the 2-producer block at 128K (927.9 us against 352.7), 318.6 against 102.4 at 32K: kept as the record, not pursued.
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
 #define PROBE_CLUSTER_OF_3 __cluster_dims__(3, 1, 1)
 #else

@@ -7,12 +7,12 @@ count matches the walk. It checks the schedule's logic, not the CUDA (attn_check
 with the kernel.   python3 benchmarks/kernels/wg_schedule_check.py"""
 import random
 
-TILE, MAXSEG, MAXSPARSE = 64, 32, 1024
+TILE, MAXSEG, MINSEG, MAXSPARSE = 64, 32, 4, 1024
 
 
 def seg_tiles(nv):
     tiles = (nv + TILE - 1) // TILE
-    st = 2
+    st = MINSEG
     while st * MAXSEG < tiles:
         st *= 2
     return st

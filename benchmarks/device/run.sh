@@ -438,9 +438,12 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
         build|kernels|stock|wgmma|probe) "stage_$s" || rc=1 ;;
         mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|patchab|libab|attn|depth)
-            if [ -f "$BUILD/liblucebox.so" ]; then "stage_$s" || rc=1; else
+            # attn and attnprof run attn_check alone (LUCEBOX_BUILD_TARGETS=attn_check builds just that)
+            need="$BUILD/liblucebox.so"
+            case $s in attn|attnprof) need="$BUILD/attn_check" ;; esac
+            if [ -f "$need" ]; then "stage_$s" || rc=1; else
                 # a machine that went back between calls comes fresh, without the last call's build
-                echo "run.sh: stage $s needs a build and $BUILD has none: put the build stage first in this call"
+                echo "run.sh: stage $s needs $need and has none: put the build stage first in this call"
                 rc=1
             fi ;;
         synth) bash benchmarks/device/synth.sh "$WORK" >"$WORK/synth.log" 2>&1 & synth_pid=$! ;;  # background

@@ -3,6 +3,7 @@
 //   attn_check          every check below; one line per case; exit 1 if any fails
 //   attn_check bench    also times one call (1 query, a 23-node tree, a 512-query prefill tile) at
 //                       several depths, invariant mode vs ggml's own kernels
+//   attn_check time     only those timings, no checks (an A/B of settings the checks passed with)
 //   attn_check profile  only runs the invariant kernels at the 27B shape (1 query, a 23-node tree and a
 //                       512-query tile at 8K, F16; 1 query and a tree at 32K and 128K, Q4_0), for a profiler
 //                       (ncu -k regex:fattn_invariant)
@@ -210,7 +211,8 @@ int main(int argc, char ** argv) {
     return 2;
 #else
     std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines survive a timeout
-    const bool bench = argc > 1 && std::strcmp(argv[1], "bench") == 0;
+    const bool time_only = argc > 1 && std::strcmp(argv[1], "time") == 0;
+    const bool bench = time_only || (argc > 1 && std::strcmp(argv[1], "bench") == 0);
     const bool profile = argc > 1 && std::strcmp(argv[1], "profile") == 0;
     const CpuAndCuda backends = cpu_and_cuda("attn_check");
     ggml_backend_t cpu = backends.cpu.get(), cuda = backends.cuda.get();
@@ -251,6 +253,7 @@ int main(int argc, char ** argv) {
         {GGML_TYPE_Q8_0, GGML_TYPE_Q4_0}, {GGML_TYPE_F16, GGML_TYPE_Q8_0},  {GGML_TYPE_F32, GGML_TYPE_F32},
         {GGML_TYPE_BF16, GGML_TYPE_BF16}};
     for (const Shape & s : shapes) {
+        if (time_only) break;
         for (const auto & [tk, tv] : kv_types) {
             const char * names = ggml_type_name(tk);
             // tree == AR, prefixes that end mid-chunk and on a chunk boundary, one whose segment 2 holds dense
@@ -324,7 +327,8 @@ int main(int argc, char ** argv) {
             }
         }
     }
-    std::printf("%s\n", bad ? "attn_check: FAILED" : "attn_check: all ok");
+    std::printf("%s\n", time_only ? "attn_check: timings only, no checks"
+                                   : bad ? "attn_check: FAILED" : "attn_check: all ok");
     return bad ? 1 : 0;
 #endif
 }

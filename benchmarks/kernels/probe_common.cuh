@@ -1,0 +1,128 @@
+// Pieces the standalone probes in benchmarks/kernels share (tree_attn_probe.cu, tree_attn_transposed.cu): the
+// 27B's attention shape, an error check, cp.async / named barrier / setmaxnreg wrappers, and the Q4_0 -> f16 conversion
+// the invariant attention uses (so a probe's tiles hold the fork's values).
+#pragma once
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+
+#define CHECK(x)                                                                                    \
+    do {                                                                                            \
+        cudaError_t e_ = (x);                                                                       \
+        if (e_ != cudaSuccess) {                                                                    \
+            std::fprintf(stderr, "%s: %s: %s\n", __FILE__, #x, cudaGetErrorString(e_));             \
+            std::exit(2);                                                                           \
+        }                                                                                           \
+    } while (0)
+
+constexpr int D = 256, G = 6, HKV = 4, H = HKV * G;  // the 27B's attention layers
+constexpr int kRowBytes = D / 32 * 18;               // a Q4_0 row of one head: 8 blocks of (f16 d, 16 bytes)
+
+__device__ __forceinline__ unsigned smem_addr(const void * p) { return unsigned(__cvta_generic_to_shared(p)); }
+__device__ __forceinline__ void cp_async16(void * dst, const void * src) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n"); }
+// at most kPending of this thread's newest cp.async groups still in flight
+template <int kPending> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+// a warpgroup's register allocation, lowered (a producer's) or raised (a consumer's) to kRegs a thread
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_dec() {
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+template <int kRegs> __device__ __forceinline__ void setmaxnreg_inc() {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+}
+__device__ __forceinline__ void named_sync(int id, int n) {
+    asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ void named_arrive(int id, int n) {
+    asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n) : "memory");
+}
+__device__ __forceinline__ unsigned pack2(float x, float y) {
+    const half2 h = __floats2half2_rn(x, y);
+    return *(const unsigned *) &h;
+}
+
+// Q4_0 quant block (d, then 16 bytes: value i in the low nibble of byte i, value i + 16 in its high one) -> 32 f16,
+// as the invariant kernel converts (raw_block_to_half): the block read as the 5 words around it (it starts 0 or 2 bytes
+// into a word), each nibble put under 0x64 (the f16 1024 + n), minus 1032, times d: d (n - 8) rounded once to f16, the
+// bits __int2half_rn + __hmul2 give, in ~2 instructions a value instead of two conversions (the first version of this
+// probe converted that way: Q4_0 ~300 us over F16 at 128K, H100, twenty-eighth session).
+// dst: values 8 j .. 8 j + 7 at dst + j stride bytes (16: contiguous)
+// (q4_0_words_to_f16: the block already in registers, as the 5 words around it; odd: it starts 2 bytes into the first)
+// (q4_0_words_to_halves: the 32 values as 16 half2 words, value 2 i in the low half of out[i])
+__device__ __forceinline__ void q4_0_words_to_halves(const unsigned (&wv)[5], unsigned odd, unsigned (&out)[16]) {
+    const unsigned d_bits = __byte_perm(wv[0], 0, odd ? 0x3232 : 0x1010);
+    const half2 d2 = *(const half2 *) &d_bits, off = __float2half2_rn(1032.0f);
+    auto put = [&](unsigned x, int v0) {  // 4 nibbles as bytes -> values v0 .. v0 + 3
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+            const unsigned bits = __byte_perm(x, 0x64646464u, h == 0 ? 0x4140 : 0x4342);
+            const half2 r = __hmul2(__hsub2(*(const half2 *) &bits, off), d2);
+            out[v0 / 2 + h] = *(const unsigned *) &r;
+        }
+    };
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const unsigned q = __byte_perm(wv[i], wv[i + 1], odd ? 0x7654 : 0x5432);
+        put(q & 0x0F0F0F0Fu, 4 * i);
+        put((q >> 4) & 0x0F0F0F0Fu, 16 + 4 * i);
+    }
+}
+__device__ __forceinline__ void q4_0_words_to_f16(const unsigned (&wv)[5], unsigned odd, uint8_t * dst, int stride) {
+    unsigned out[16];
+    q4_0_words_to_halves(wv, odd, out);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        *(uint4 *) (dst + i * stride) = make_uint4(out[4 * i], out[4 * i + 1], out[4 * i + 2], out[4 * i + 3]);
+    }
+}
+__device__ __forceinline__ void q4_0_to_f16(const uint8_t * src, uint8_t * dst, int stride) {
+    const unsigned odd = unsigned(uintptr_t(src)) & 2;
+    const unsigned * w = (const unsigned *) (src - odd);
+    unsigned wv[5];
+#pragma unroll
+    for (int i = 0; i < 5; ++i) wv[i] = w[i];
+    q4_0_words_to_f16(wv, odd, dst, stride);
+}
+
+// A whole Q4_0 row of one head (kRowBytes, as words) -> its D values, 8 j .. 8 j + 7 at dst + j stride bytes: block qb
+// is bytes 18 qb .., from word 18 qb / 4, 2 bytes in where qb is odd
+__device__ __forceinline__ void q4_0_row_to_f16(const unsigned (&row)[kRowBytes / 4], uint8_t * dst, int stride) {
+#pragma unroll
+    for (int qb = 0; qb < D / 32; ++qb) {
+        unsigned wv[5];
+#pragma unroll
+        for (int j = 0; j < 5; ++j) wv[j] = row[18 * qb / 4 + j];
+        q4_0_words_to_f16(wv, (qb & 1) * 2, dst + 4 * qb * stride, stride);
+    }
+}
+
+__device__ __forceinline__ float ex2_ftz(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// dst [n_q][H][D] f32: the segments of each row merged in segment order; one thread a (row, dimension). part:
+// [segment][HKV][n_rows][D + 2] (row r: query r / G, head kvh G + r % G; O unnormalized, then m in log2 units, then l)
+__global__ void probe_merge(const float * part, float * dst, int n_q, int n_seg, int n_rows) {
+    const int kvh = blockIdx.y, row = blockIdx.x, d = threadIdx.x;
+    if (row >= n_q * G) return;
+    float M = -INFINITY;
+    for (int s = 0; s < n_seg; ++s) M = fmaxf(M, part[((size_t(s) * HKV + kvh) * n_rows + row) * (D + 2) + D]);
+    float O = 0.0f, L = 0.0f;
+    for (int s = 0; s < n_seg; ++s) {
+        const float * p = part + ((size_t(s) * HKV + kvh) * n_rows + row) * (D + 2);
+        const float w = exp2f(p[D] - M);
+        O += w * p[d];
+        L += w * p[D + 1];
+    }
+    dst[(size_t(row / G) * H + kvh * G + row % G) * D + d] = O / L;
+}

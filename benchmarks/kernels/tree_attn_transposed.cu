@@ -12,7 +12,8 @@
 // A column's arithmetic depends on its own Q and keys only (a masked column is another column: MMA outputs are
 // per element, the softmax per column, the sum's order fixed), so a one-query call gives a tree column's bits:
 // checked, with the result against double precision. Timed for the tree and one query at 4K / 32K / 128K keys with
-// segments of 4,096 keys (64 tiles; 1,024 below 32K), comparable with tree_attn_probe's fixed-segment table.
+// the Hopper path's segment rule (at least 4 tiles, at most 32 segments: 256 / 1,024 / 4,096 keys a segment), the
+// last two comparable with tree_attn_probe's fixed-segment table.
 // Written in the thirty-first session; not run yet.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/kernels/tree_attn_transposed.cu \
 //        -o tree_attn_transposed        (sm_90a only: on other builds the kernel traps and the run says so)

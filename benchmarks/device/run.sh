@@ -110,7 +110,7 @@ stage_probe() {
     done
     # the transposed block (keys as wgmma's M, a tree's rows as N: 2 blocks a tree, not 3), checked and timed
     nvcc -O3 -std=c++17 "${arch[@]}" benchmarks/kernels/tree_attn_transposed.cu -o "$WORK/tree_attn_transposed" &&
-        timeout 180 "$WORK/tree_attn_transposed" 2>&1 | tee "$OUT/tree_attn_transposed.txt"
+        timeout 60 "$WORK/tree_attn_transposed" 2>&1 | tee "$OUT/tree_attn_transposed.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     return $rc
 }

@@ -9,9 +9,9 @@
 // (72 + 66 columns) and one query 1 (6 live columns of 72): conversion twice for the tree, not 3 times. One consumer
 // warpgroup (O^T: 4 x 36 registers), two producer warpgroups copying a tile's rows into a raw slot each (cp.async,
 // coalesced) and converting them into the f16 stage of their tile, as patch 0048 (wip) does.
-// A column's arithmetic depends on its own Q and keys only (a masked column is another column: MMA outputs are
-// per element, the softmax per column, the sum's order fixed), so a one-query call gives a tree column's bits:
-// checked, with the result against double precision. Timed for the tree and one query at 4K / 32K / 128K keys with
+// A column's arithmetic depends on its own Q and keys only (the other columns, live or zero, do not enter it: MMA
+// outputs are per element, the softmax per column, the sums' order fixed), so a one-query call gives a tree column's
+// bits: checked, with the result against double precision. Timed for the tree and one query at 4K / 32K / 128K keys with
 // the Hopper path's segment rule (at least 4 tiles, at most 32 segments: 256 / 1,024 / 4,096 keys a segment), the
 // last two comparable with tree_attn_probe's fixed-segment table.
 // Written in the thirty-first session; not run yet.
@@ -35,7 +35,7 @@ constexpr unsigned kLbo = kTile / 8 * 128, kQLbo = kCols / 8 * 128, kPSbo = kTil
 constexpr unsigned kQBytes = kCols * D * 2, kStageBytes = 2 * kTile * D * 2, kRawBytes = 2 * kTile * kRowBytes;
 constexpr unsigned kPBytes = kTile * kCols * 2, kRedBytes = 4 * kCols * 4;
 constexpr size_t kSmem = kQBytes + 2 * kStageBytes + 2 * kRawBytes + kPBytes + kRedBytes;  // 210 KiB
-constexpr int kThreads = 384;  // the consumer warpgroup, then producers 1 and 2 (producer p fills stage p - 1)
+constexpr int kThreads = 384;  // the consumer warpgroup, then 2 producers (warpgroup w > 0 fills stage w - 1)
 // registers: the consumer's O^T (144), S^T (36), a column's m and l (2 x 18); the producers' row (36)
 constexpr int kProducerRegs = 120, kConsumerRegs = 240;
 // named barriers: stage s full (producer -> consumer) and empty (consumer -> producer), a producer's raw slot (its

@@ -11,8 +11,8 @@
 // coalesced) and converting them into the f16 stage of their tile, as patch 0048 (wip) does.
 // A column's arithmetic depends on its own Q and keys only (the other columns, live or zero, do not enter it: MMA
 // outputs are per element, the softmax per column, the sums' order fixed), so a one-query call gives a tree column's
-// bits: checked, with the result against double precision. Timed for the tree and one query at 4K / 32K / 128K keys with
-// the Hopper path's segment rule (at least 4 tiles, at most 32 segments: 256 / 1,024 / 4,096 keys a segment), the
+// bits: checked, with the result against double precision. Timed for the tree and one query at 4K / 32K / 128K keys
+// with the Hopper path's segment rule (at least 4 tiles, at most 32 segments: 256 / 1,024 / 4,096 keys a segment), the
 // last two comparable with tree_attn_probe's fixed-segment table.
 // Written in the thirty-first session; not run yet.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/kernels/tree_attn_transposed.cu \

@@ -1,14 +1,18 @@
 // Pieces the standalone probes in benchmarks/kernels share (tree_attn_probe.cu, tree_attn_transposed.cu): the
-// 27B's attention shape, an error check, cp.async / named barrier / setmaxnreg wrappers, and the Q4_0 -> f16 conversion
-// the invariant attention uses (so a probe's tiles hold the fork's values).
+// 27B's attention shape, an error check, cp.async / named barrier / setmaxnreg wrappers, the Q4_0 -> f16 conversion
+// the invariant attention uses (so a probe's tiles hold the fork's values), the segment merge, and on the host the
+// probes' data and their double-precision reference.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <vector>
 
 #define CHECK(x)                                                                                    \
     do {                                                                                            \
@@ -125,4 +129,104 @@ __global__ void probe_merge(const float * part, float * dst, int n_q, int n_seg,
         L += w * p[D + 1];
     }
     dst[(size_t(row / G) * H + kvh * G + row % G) * D + d] = O / L;
+}
+
+// xorshift: uniform doubles in [0, 1)
+struct Xorshift {
+    uint64_t s = 12345;
+    double operator()() {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        return double(s >> 11) / double(1ull << 53);
+    }
+};
+
+// The probes' data, one xorshift stream (the same in every probe): Q4_0 K and V caches of n_kv rows of the HKV heads
+// (d uniform in [0.02, 0.12), random nibbles), then n_q queries of H heads (uniform in [-1, 1)); rnd: the stream after
+struct ProbeData {
+    std::vector<uint8_t> k, v;  // [n_kv][HKV][kRowBytes]
+    std::vector<half> q;        // [n_q][H][D]
+    Xorshift rnd;
+};
+inline ProbeData probe_data(int n_kv, int n_q) {
+    ProbeData p;
+    p.k.resize(size_t(n_kv) * HKV * kRowBytes);
+    p.v.resize(p.k.size());
+    p.q.resize(size_t(n_q) * H * D);
+    for (auto * buf : {&p.k, &p.v}) {
+        for (size_t b = 0; b < buf->size() / 18; ++b) {
+            const half d = __float2half(float(0.02 + 0.1 * p.rnd()));
+            std::memcpy(buf->data() + b * 18, &d, 2);
+            for (int i = 0; i < 16; ++i) (*buf)[b * 18 + 2 + i] = uint8_t(p.rnd() * 256.0);
+        }
+    }
+    for (auto & x : p.q) x = __float2half(float(2.0 * p.rnd() - 1.0));
+    return p;
+}
+
+// the f16 values the kernels convert the first n_kv rows of a Q4_0 cache to: [key][HKV][D], d (n - 8) rounded once
+inline std::vector<half> q4_0_values(const std::vector<uint8_t> & buf, int n_kv) {
+    std::vector<half> x(size_t(n_kv) * HKV * D);
+    for (size_t r = 0; r < size_t(n_kv) * HKV; ++r) {
+        for (int d = 0; d < D; ++d) {
+            const uint8_t * blk = buf.data() + r * kRowBytes + (d / 32) * 18;
+            half hd;
+            std::memcpy(&hd, blk, 2);
+            const int i = d % 32, nib = i < 16 ? blk[2 + i] & 0xF : blk[2 + i - 16] >> 4;
+            x[r * D + d] = __float2half(float(nib - 8) * __half2float(hd));  // exact, then rounded
+        }
+    }
+    return x;
+}
+
+// the largest |got - exact| over n_q queries ([n_q][H][D]) attending to the first n_kv keys of the f16 caches kf, vf
+// ([key][HKV][D]), the exact result in double precision
+inline double worst_vs_double(const std::vector<half> & q, const std::vector<half> & kf, const std::vector<half> & vf,
+                              int n_q, int n_kv, const std::vector<float> & got) {
+    double worst = 0.0;
+    std::vector<double> sc(n_kv);
+    for (int qi = 0; qi < n_q; ++qi) {
+        for (int h = 0; h < H; ++h) {
+            const int kvh = h / G;
+            const half * qr = q.data() + (size_t(qi) * H + h) * D;
+            double mx = -1e300;
+            for (int t = 0; t < n_kv; ++t) {
+                const half * kr = kf.data() + (size_t(t) * HKV + kvh) * D;
+                double s = 0.0;
+                for (int d = 0; d < D; ++d) s += double(__half2float(qr[d])) * double(__half2float(kr[d]));
+                sc[t] = s / std::sqrt(double(D));
+                mx = std::max(mx, sc[t]);
+            }
+            double L = 0.0;
+            for (auto & x : sc) L += (x = std::exp(x - mx));
+            for (int d = 0; d < D; ++d) {
+                double O = 0.0;
+                for (int t = 0; t < n_kv; ++t) O += sc[t] * double(__half2float(vf[(size_t(t) * HKV + kvh) * D + d]));
+                worst = std::max(worst, std::fabs(O / L - double(got[(size_t(qi) * H + h) * D + d])));
+            }
+        }
+    }
+    return worst;
+}
+
+// the mean time of launch() (kernels on the default stream) over iters runs after `warmups` untimed ones, us
+template <class Launch> float time_us(Launch launch, int warmups, int iters) {
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    float us = 0.0f;
+    for (int it = -warmups; it < iters; ++it) {
+        CHECK(cudaEventRecord(e0));
+        launch();
+        CHECK(cudaEventRecord(e1));
+        CHECK(cudaEventSynchronize(e1));
+        float ms;
+        CHECK(cudaEventElapsedTime(&ms, e0, e1));
+        if (it >= 0) us += 1000.0f * ms / iters;
+    }
+    CHECK(cudaGetLastError());
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+    return us;
 }

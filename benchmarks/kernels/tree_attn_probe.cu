@@ -1199,38 +1199,12 @@ int main(int argc, char ** argv) {
         return (std::strcmp(only, "wgmma") == 0) == on_wgmma(mode) && mode != kFa3Cluster;
     };
     constexpr int kMaxKv = 131072, kMaxQ = 23, kMaxSeg = 264;
-    std::vector<uint8_t> hk(size_t(kMaxKv) * HKV * kRowBytes), hv(hk.size());
-    std::vector<half> hq(size_t(kMaxQ) * H * D);
-    uint64_t st = 12345;
-    auto rnd = [&]() {  // xorshift: uniform in [0, 1)
-        st ^= st << 13;
-        st ^= st >> 7;
-        st ^= st << 17;
-        return double(st >> 11) / double(1ull << 53);
-    };
-    for (auto * buf : {&hk, &hv}) {
-        for (size_t b = 0; b < buf->size() / 18; ++b) {
-            const half d = __float2half(float(0.02 + 0.1 * rnd()));
-            std::memcpy(buf->data() + b * 18, &d, 2);
-            for (int i = 0; i < 16; ++i) (*buf)[b * 18 + 2 + i] = uint8_t(rnd() * 256.0);
-        }
-    }
-    for (auto & x : hq) x = __float2half(float(2.0 * rnd() - 1.0));
+    ProbeData data = probe_data(kMaxKv, kMaxQ);
+    const std::vector<uint8_t> &hk = data.k, &hv = data.v;
+    const std::vector<half> & hq = data.q;
+    Xorshift & rnd = data.rnd;  // (the ranked check's tree, from the stream after the data)
     // the F16 cache: the Q4_0 one's values, as the kernel converts them (so both give the same bits)
-    auto to_f16 = [&](const std::vector<uint8_t> & buf) {  // [key][kvh][d]
-        std::vector<half> x(size_t(kMaxKv) * HKV * D);
-        for (size_t r = 0; r < size_t(kMaxKv) * HKV; ++r) {
-            for (int d = 0; d < D; ++d) {
-                const uint8_t * blk = buf.data() + r * kRowBytes + (d / 32) * 18;
-                half hd;
-                std::memcpy(&hd, blk, 2);
-                const int i = d % 32, nib = i < 16 ? blk[2 + i] & 0xF : blk[2 + i - 16] >> 4;
-                x[r * D + d] = __float2half(float(nib - 8) * __half2float(hd));  // exact, then rounded
-            }
-        }
-        return x;
-    };
-    const std::vector<half> hkf = to_f16(hk), hvf = to_f16(hv);
+    const std::vector<half> hkf = q4_0_values(hk, kMaxKv), hvf = q4_0_values(hv, kMaxKv);
     half * q;
     uint8_t *k, *v, *kf, *vf;
     float *part, *dst;
@@ -1349,31 +1323,7 @@ int main(int argc, char ** argv) {
         const int seg = 704 / kt;
         const Config ref = kt == 64 ? Config{5, kSerial, 64, 1} : Config{5, kSerial, 32, 2};
         const std::vector<float> tree = run_get({23, kCheckKv, seg, ref});
-        double worst = 0.0;
-        for (int qi = 0; qi < 23; ++qi) {
-            for (int h = 0; h < H; ++h) {
-                const int kvh = h / G;
-                const half * qr = hq.data() + (size_t(qi) * H + h) * D;
-                std::vector<double> sc(kCheckKv);
-                double mx = -1e300;
-                for (int t = 0; t < kCheckKv; ++t) {
-                    const half * kr = hkf.data() + (size_t(t) * HKV + kvh) * D;
-                    double s = 0.0;
-                    for (int d = 0; d < D; ++d) s += double(__half2float(qr[d])) * double(__half2float(kr[d]));
-                    sc[t] = s / std::sqrt(double(D));
-                    mx = std::max(mx, sc[t]);
-                }
-                double L = 0.0;
-                for (auto & x : sc) L += (x = std::exp(x - mx));
-                for (int d = 0; d < D; ++d) {
-                    double O = 0.0;
-                    for (int t = 0; t < kCheckKv; ++t) {
-                        O += sc[t] * double(__half2float(hvf[(size_t(t) * HKV + kvh) * D + d]));
-                    }
-                    worst = std::max(worst, std::fabs(O / L - double(tree[(size_t(qi) * H + h) * D + d])));
-                }
-            }
-        }
+        const double worst = worst_vs_double(hq, hkf, hvf, 23, kCheckKv, tree);
         ok &= worst < 2e-3;
         std::printf("%s  %d-key tiles: 23 queries over Q4_0, %d keys: max abs error vs double %.3g\n",
                     worst < 2e-3 ? "ok  " : "BAD ", kt, kCheckKv, worst);
@@ -1441,25 +1391,11 @@ int main(int argc, char ** argv) {
             CHECK(cudaFuncSetAttribute(probe_attn_ranked, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
             const float scale_log2 = 1.0f / std::sqrt(float(D)) * 1.4426950408889634f;
             const Ranks rk{d_dense, d_vis, d_sparse};
-            cudaEvent_t e0, e1;
-            CHECK(cudaEventCreate(&e0));
-            CHECK(cudaEventCreate(&e1));
-            float us = 0.0f;
-            for (int it = -1; it < iters; ++it) {
-                CHECK(cudaEventRecord(e0));
+            return time_us([&] {
                 probe_attn_ranked<<<n_seg * HKV * n_grp, 256, smem>>>(qp, kp, vp, part, n_q, n_grp, n_tiles, seg_tiles,
                                                                       scale_log2, rk);
                 probe_merge<<<dim3(n_q * G, HKV), D>>>(part, dst, n_q, n_seg, n_grp * 64);
-                CHECK(cudaEventRecord(e1));
-                CHECK(cudaEventSynchronize(e1));
-                float ms;
-                CHECK(cudaEventElapsedTime(&ms, e0, e1));
-                if (it >= 0) us += 1000.0f * ms / iters;
-            }
-            CHECK(cudaGetLastError());
-            CHECK(cudaEventDestroy(e0));
-            CHECK(cudaEventDestroy(e1));
-            return us;
+            }, 1, iters);
         };
         auto set_tree = [&](int p) {
             std::vector<int> dn(kNodes, p), vis(kNodes), sp(kNodes * kMaxAnc, -1);

@@ -266,23 +266,9 @@ int main() {
         return 0;
     }
     constexpr int kMaxKv = 131072, kMaxQ = 23, kMaxSeg = 128;
-    std::vector<uint8_t> hk(size_t(kMaxKv) * HKV * kRowBytes), hv(hk.size());
-    std::vector<half> hq(size_t(kMaxQ) * H * D);
-    uint64_t st = 12345;
-    auto rnd = [&]() {  // xorshift: uniform in [0, 1)
-        st ^= st << 13;
-        st ^= st >> 7;
-        st ^= st << 17;
-        return double(st >> 11) / double(1ull << 53);
-    };
-    for (auto * buf : {&hk, &hv}) {
-        for (size_t b = 0; b < buf->size() / 18; ++b) {
-            const half d = __float2half(float(0.02 + 0.1 * rnd()));
-            std::memcpy(buf->data() + b * 18, &d, 2);
-            for (int i = 0; i < 16; ++i) (*buf)[b * 18 + 2 + i] = uint8_t(rnd() * 256.0);
-        }
-    }
-    for (auto & x : hq) x = __float2half(float(2.0 * rnd() - 1.0));
+    const ProbeData data = probe_data(kMaxKv, kMaxQ);
+    const std::vector<uint8_t> &hk = data.k, &hv = data.v;
+    const std::vector<half> & hq = data.q;
     half * q;
     uint8_t *k, *v;
     float *part, *dst;
@@ -303,25 +289,11 @@ int main() {
     auto run = [&](int q0, int n_q, int n_kv, int seg_tiles, int iters) {
         const int n_tiles = n_kv / kTile, n_seg = (n_tiles + seg_tiles - 1) / seg_tiles;
         const int n_grp = (n_q * G + kCols - 1) / kCols;
-        cudaEvent_t e0, e1;
-        CHECK(cudaEventCreate(&e0));
-        CHECK(cudaEventCreate(&e1));
-        float us = 0.0f;
-        for (int it = -2; it < iters; ++it) {
-            CHECK(cudaEventRecord(e0));
+        return time_us([&] {
             probe_attn_t<<<n_seg * HKV * n_grp, kThreads, kSmem>>>(q + size_t(q0) * H * D, k, v, part, n_q, n_grp,
                                                                    n_tiles, seg_tiles, scale_log2);
             probe_merge<<<dim3(n_q * G, HKV), D>>>(part, dst, n_q, n_seg, n_grp * kCols);
-            CHECK(cudaEventRecord(e1));
-            CHECK(cudaEventSynchronize(e1));
-            float ms;
-            CHECK(cudaEventElapsedTime(&ms, e0, e1));
-            if (it >= 0) us += 1000.0f * ms / iters;
-        }
-        CHECK(cudaGetLastError());
-        CHECK(cudaEventDestroy(e0));
-        CHECK(cudaEventDestroy(e1));
-        return us;
+        }, 2, iters);
     };
     auto fetch = [&](int n_q) {
         std::vector<float> out(size_t(n_q) * H * D);
@@ -334,44 +306,8 @@ int main() {
     constexpr int kCheckKv = 2048, kCheckSeg = 11;
     run(0, kMaxQ, kCheckKv, kCheckSeg, 0);
     const std::vector<float> tree = fetch(kMaxQ);
-    // the f16 values the kernel converts the first kCheckKv keys to, as doubles: [key][kvh][d]
-    auto values = [&](const std::vector<uint8_t> & buf) {
-        std::vector<double> x(size_t(kCheckKv) * HKV * D);
-        for (size_t r = 0; r < size_t(kCheckKv) * HKV; ++r) {
-            for (int d = 0; d < D; ++d) {
-                const uint8_t * blk = buf.data() + r * kRowBytes + (d / 32) * 18;
-                half hd;
-                std::memcpy(&hd, blk, 2);
-                const int i = d % 32, nib = i < 16 ? blk[2 + i] & 0xF : blk[2 + i - 16] >> 4;
-                x[r * D + d] = double(__half2float(__float2half(float(nib - 8) * __half2float(hd))));
-            }
-        }
-        return x;
-    };
-    const std::vector<double> kd = values(hk), vd = values(hv);
-    double worst = 0.0;
-    for (int qi = 0; qi < kMaxQ; ++qi) {
-        for (int h = 0; h < H; ++h) {
-            const int kvh = h / G;
-            std::vector<double> sc(kCheckKv);
-            double mx = -1e300;
-            for (int key = 0; key < kCheckKv; ++key) {
-                double s = 0.0;
-                for (int d = 0; d < D; ++d) {
-                    s += double(__half2float(hq[(size_t(qi) * H + h) * D + d])) * kd[(size_t(key) * HKV + kvh) * D + d];
-                }
-                sc[key] = s / std::sqrt(double(D));
-                mx = std::max(mx, sc[key]);
-            }
-            double L = 0.0;
-            for (auto & x : sc) L += (x = std::exp(x - mx));
-            for (int d = 0; d < D; ++d) {
-                double O = 0.0;
-                for (int key = 0; key < kCheckKv; ++key) O += sc[key] * vd[(size_t(key) * HKV + kvh) * D + d];
-                worst = std::max(worst, std::fabs(O / L - double(tree[(size_t(qi) * H + h) * D + d])));
-            }
-        }
-    }
+    const double worst = worst_vs_double(hq, q4_0_values(hk, kCheckKv), q4_0_values(hv, kCheckKv), kMaxQ, kCheckKv,
+                                         tree);
     ok &= worst < 2e-3;
     std::printf("%s  23 queries over Q4_0, %d keys: max abs error vs double %.3g\n", worst < 2e-3 ? "ok  " : "BAD ",
                 kCheckKv, worst);

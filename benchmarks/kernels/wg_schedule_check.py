@@ -4,8 +4,9 @@ set_reps, the tails gating, Walk::count), mirrored in Python and checked on rand
 several depths, prefill runs, arbitrary dense runs with scattered slots, deep chains past the rep search's cap):
 in every segment each row sees each of its ranks exactly once, in ascending tiles, through its own slot, and the
 count matches the walk. It checks the schedule's logic, not the CUDA (attn_check does that on a GPU); keep it in step
-with the kernel.   python3 benchmarks/kernels/wg_schedule_check.py"""
+with the kernel.   python3 benchmarks/kernels/wg_schedule_check.py [TRIALS]   (3,000 blocks by default)"""
 import random
+import sys
 
 TILE, MAXSEG, MINSEG, MAXSPARSE = 64, 32, 4, 1024
 
@@ -144,25 +145,31 @@ def prefill_block(start, n):
     return [(start + i + 1, start + i + 1, []) for i in range(n)]
 
 
-rng = random.Random(1)
-n_blocks = 0
-for trial in range(3000):
-    kind = rng.randrange(4)
-    if kind == 0:
-        qs = tree_block(rng, rng.choice([0, 5, 700, 2040, 4090, 4096, 8190, 70000, 131049]), rng.randrange(1, 12))
-    elif kind == 1:
-        qs = prefill_block(rng.choice([0, 100, 4000, 4090, 8180, 32700]), rng.randrange(1, 65))
-    elif kind == 2:  # mixed dense runs and odd sparse sets (not a tree)
-        qs = []
-        for _ in range(rng.randrange(1, 12)):
-            f = rng.randrange(0, 9000)
-            k = rng.randrange(0, 80)
-            sp = sorted(rng.sample(range(f + 1, f + 400), k))
-            qs.append((f, f + k, sp))
-    else:  # a deep chain (ranks past the dense run over a tile: the extends cap)
-        n_past = rng.choice([100, 5000])
-        path = list(range(n_past, n_past + rng.randrange(60, 140)))
-        qs = [(n_past, n_past + d, path[:d]) for d in sorted(rng.sample(range(1, len(path) + 1), min(8, len(path))))]
-    check_block(qs)
-    n_blocks += 1
-print(f"ok: {n_blocks} blocks, every segment: each row's ranks once, ascending tiles, the right slots")
+def main(trials=3000):
+    rng = random.Random(1)
+    n_blocks = 0
+    for trial in range(trials):
+        kind = rng.randrange(4)
+        if kind == 0:
+            qs = tree_block(rng, rng.choice([0, 5, 700, 2040, 4090, 4096, 8190, 70000, 131049]), rng.randrange(1, 12))
+        elif kind == 1:
+            qs = prefill_block(rng.choice([0, 100, 4000, 4090, 8180, 32700]), rng.randrange(1, 65))
+        elif kind == 2:  # mixed dense runs and odd sparse sets (not a tree)
+            qs = []
+            for _ in range(rng.randrange(1, 12)):
+                f = rng.randrange(0, 9000)
+                k = rng.randrange(0, 80)
+                sp = sorted(rng.sample(range(f + 1, f + 400), k))
+                qs.append((f, f + k, sp))
+        else:  # a deep chain (ranks past the dense run over a tile: the extends cap)
+            n_past = rng.choice([100, 5000])
+            path = list(range(n_past, n_past + rng.randrange(60, 140)))
+            depths = sorted(rng.sample(range(1, len(path) + 1), min(8, len(path))))
+            qs = [(n_past, n_past + d, path[:d]) for d in depths]
+        check_block(qs)
+        n_blocks += 1
+    print(f"ok: {n_blocks} blocks, every segment: each row's ranks once, ascending tiles, the right slots")
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 3000)

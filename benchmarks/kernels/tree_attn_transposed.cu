@@ -8,7 +8,7 @@
 // slice: A the V tile read MN-major, B P^T). A block takes 72 columns (12 queries of 6 heads), so the tree is 2 blocks
 // (72 + 66 columns) and one query 1 (6 live columns of 72): conversion twice for the tree, not 3 times. One consumer
 // warpgroup (O^T: 4 x 36 registers), two producer warpgroups copying a tile's rows into a raw slot each (cp.async,
-// coalesced) and converting them into the f16 stage of their tile, as patch 0048 (wip) does.
+// coalesced) and converting them into the f16 stage of their tile, as patch 0049 (wip) does.
 // A column's arithmetic depends on its own Q and keys only (the other columns, live or zero, do not enter it: MMA
 // outputs are per element, the softmax per column, the sums' order fixed), so a one-query call gives a tree column's
 // bits: checked, with the result against double precision. Timed for the tree and one query at 4K / 32K / 128K keys

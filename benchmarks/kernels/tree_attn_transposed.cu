@@ -42,22 +42,6 @@ constexpr int kProducerRegs = 120, kConsumerRegs = 240;
 // 128 threads), the consumer's own (its 128: the column maxima, P^T written)
 constexpr int kBarFull = 1, kBarEmpty = 3, kBarRaw = 5, kBarCons = 7, kPair = 256;
 
-// D (+)= A B, m64n72k16, A and B from shared memory (descriptors), each K-major (0) or MN-major (1)
-template <int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_ss72(float (&d)[36], uint64_t desc_a, uint64_t desc_b, int scale_d) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %38, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n72k16.f32.f16.f16 {"
-                 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, "
-                 "%21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35"
-                 "}, %36, %37, p, 1, 1, %39, %40;\n}\n"
-                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-                  "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),
-                  "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),
-                  "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),
-                  "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35])
-                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(kTransA), "n"(kTransB));
-}
-
 // One block per (KV head, group of kCols columns, segment), the head fastest. Column c of group grp: row r = grp kCols
 // + c of the head's n_q G (query r / G, head kvh G + r % G). k, v: [n_kv][HKV][kRowBytes] Q4_0; part as probe_merge
 // reads it (n_rows = n_grp kCols).
@@ -136,8 +120,8 @@ probe_attn_t(const half * q, const uint8_t * k, const uint8_t * v, float * part,
         wgmma_fence();
 #pragma unroll
         for (int j = 0; j < D / 16; ++j) {  // S^T = K Q^T, dimensions in order
-            wgmma_ss72<0, 0>(s, wgmma_desc(kt + 2 * j * kLbo, kLbo, 128),
-                             wgmma_desc(q_sh + 2 * j * kQLbo, kQLbo, 128), j > 0);
+            wgmma_ss<0>(s, wgmma_desc(kt + 2 * j * kLbo, kLbo, 128),
+                        wgmma_desc(q_sh + 2 * j * kQLbo, kQLbo, 128), j > 0);
         }
         wgmma_commit();
         wgmma_wait<0>();
@@ -197,8 +181,8 @@ probe_attn_t(const half * q, const uint8_t * k, const uint8_t * v, float * part,
         for (int mi = 0; mi < 4; ++mi) {  // O^T += V^T P^T: dimensions 64 mi .., keys in order
 #pragma unroll
             for (int j = 0; j < kTile / 16; ++j) {
-                wgmma_ss72<1, 1>(o[mi], wgmma_desc(vt + 8 * mi * kLbo + 2 * j * 128, 128, kLbo),
-                                 wgmma_desc(p_sh + 2 * j * 128, 128, kPSbo), 1);
+                wgmma_ss<1, 1>(o[mi], wgmma_desc(vt + 8 * mi * kLbo + 2 * j * 128, 128, kLbo),
+                               wgmma_desc(p_sh + 2 * j * 128, 128, kPSbo), 1);
             }
         }
         wgmma_commit();

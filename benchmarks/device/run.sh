@@ -98,7 +98,7 @@ stage_probe() {
     nvcc -O3 -std=c++17 "${arch[@]}" benchmarks/kernels/tree_attn_probe.cu -o "$WORK/tree_attn_probe" || return 1
     # the mma.sync shapes, then the wgmma ones in a process of their own (a fault or a hang there keeps the first
     # table), then where the wgmma block's tile time goes (clock64 phases), then the cluster shape against the
-    # 2-producer block (2.6x slower for the tree at 128K, session 31); then tree_attn_transposed
+    # 2-producer block (2.6x slower for the tree at 128K, session 31)
     local rc=0 part st
     : >"$OUT/tree_attn_probe.txt"
     for part in mma wgmma trace cluster; do
@@ -108,10 +108,6 @@ stage_probe() {
         echo "tree_attn_probe $part: exit $st (124: timed out)" | tee -a "$OUT/tree_attn_probe.txt"
         rc=1
     done
-    # the transposed block (keys as wgmma's M, a tree's rows as N: 2 blocks a tree, not 3), checked and timed
-    nvcc -O3 -std=c++17 "${arch[@]}" benchmarks/kernels/tree_attn_transposed.cu -o "$WORK/tree_attn_transposed" &&
-        timeout 60 "$WORK/tree_attn_transposed" 2>&1 | tee "$OUT/tree_attn_transposed.txt"
-    [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     return $rc
 }
 

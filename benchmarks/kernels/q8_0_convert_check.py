@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""The Hopper path's Q8_0 row conversion (patch 0046, fattn-invariant-wg.cu: q8_0_row_to_f16), its byte and word
-mapping mirrored in Python: 200 random rows of 8 quant blocks, every value == float16(float32(d) * q). It checks the
-mapping, not the CUDA (attn_check does that on a GPU); keep it in step with the kernel.
+"""The Hopper path's Q8_0 row conversion (fattn-invariant-wg.cu: row_to_f16 of Q8_0, a block at a time through
+fattn-invariant.cu's block_words_to_half since patch 0048), its byte and word mapping mirrored in Python: 200 random
+rows of 8 quant blocks, every value == float16(float32(d) * q). It checks the mapping, not the CUDA (attn_check does
+that on a GPU); keep it in step with the kernel.
     python3 benchmarks/kernels/q8_0_convert_check.py"""
 import random
 import struct

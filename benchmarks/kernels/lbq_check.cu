@@ -132,6 +132,18 @@ static void dequant_row(Kind k, const uint8_t * row, int64_t kl, float * out) {
     }
 }
 
+// The matrix stored unit by unit (lbq::kByUnit, what lbq::store_by_unit writes on the GPU), made here on the host
+// from lbq::by_unit_block alone.
+static std::vector<uint8_t> by_unit(Kind k, const uint8_t * w, int64_t m, int64_t kl, int64_t row_bytes) {
+    const int bb = block_bytes(k);
+    const int64_t n_sb = kl / 256;
+    std::vector<uint8_t> out(size_t(m * n_sb * bb));
+    for (int64_t r = 0; r < m; ++r)
+        for (int64_t sb = 0; sb < n_sb; ++sb)
+            std::memcpy(&out[size_t(lbq::by_unit_block(r, sb, n_sb, m) * bb)], w + r * row_bytes + sb * bb, size_t(bb));
+    return out;
+}
+
 struct Dev {
     uint8_t * w = nullptr; float * x = nullptr; float * y = nullptr; __half * xp = nullptr; float * part = nullptr;
     unsigned int * tickets = nullptr;  // null: the separate kernels only
@@ -227,7 +239,22 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     d.tickets = alloc_tickets();
     CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
+    // the weights stored by unit, by the GPU's lbq::store_by_unit (as ggml_backend_cuda_lbq_store_by_unit does) and
+    // checked against the host's order
+    const std::vector<uint8_t> wu = by_unit(k, w.data(), m, kl, row_bytes);
+    Dev du = d;  // the same buffers but the weights
+    CK(cudaMalloc(&du.w, wu.size()));
+    const int64_t n_blocks = m * (kl / 256);
+    if (k == Kind::Q4_K) lbq::store_by_unit<Kind::Q4_K><<<unsigned((n_blocks + 255) / 256), 256>>>(d.w, row_bytes, int(m), int(kl / 256), du.w);
+    else lbq::store_by_unit<Kind::Q6_K><<<unsigned((n_blocks + 255) / 256), 256>>>(d.w, row_bytes, int(m), int(kl / 256), du.w);
+    CK(cudaGetLastError());
+    std::vector<uint8_t> wu_gpu(wu.size());
+    CK(cudaMemcpy(wu_gpu.data(), du.w, wu.size(), cudaMemcpyDeviceToHost));
     int bad = 0;
+    const bool stored_ok = wu_gpu == wu;
+    bad += !stored_ok;
+    std::printf("check %s m=%lld k=%lld row+%lld: stored by unit on the GPU as on the host: %s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
+                (long long)m, (long long)kl, (long long)row_pad, stored_ok ? "ok" : "FAIL");
     const int tiles = int((m + lbq::kRows - 1) / lbq::kRows), n_sb = int(kl / lbq::kQK);
     std::vector<lbq::Plan> plans;
     for (int split : {1, 2, 3}) {
@@ -266,10 +293,17 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
             bool inv = true;
             if (n == 1) col0_alone.assign(y.begin(), y.begin() + m);
             else inv = std::memcmp(col0_alone.data(), y.data(), size_t(m) * 4) == 0;
+            // the same product with the matrix stored by unit (the fused launch where it is one): the same bits
+            du.part = d.part;
+            CK(cudaMemset(d.y, 0xff, ref.size() * 4));
+            run(k, plan, du, m, kl, n, lbq::kByUnit, true);
+            CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(y_sep.data(), d.y, y.size() * 4, cudaMemcpyDeviceToHost));
+            same_paths = same_paths && std::memcmp(y.data(), y_sep.data(), y.size() * 4) == 0;
             const bool ok = rel < 3e-3 && inv && same_paths && std::isfinite(rel);
             bad += !ok;
             std::printf("check %s m=%lld k=%lld row+%lld %s n=%2d%s%s%s: max rel err %.2e, column 0 bitwise equal to "
-                        "n=1: %s, fused == separate (and wide folded == through memory): %s %s\n",
+                        "n=1: %s, fused == separate (and wide folded == through memory, == stored by unit): %s %s\n",
                         k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad,
                         plan_label(plan).c_str(), n,
                         n > lbq::kMaxN ? " (" : "", n > lbq::kMaxN ? launch_kind(k, plan, m, n) : "", n > lbq::kMaxN ? ")" : "",
@@ -278,6 +312,7 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
         cudaFree(d.part);
         d.part = nullptr;
     }
+    cudaFree(du.w);
     free_dev(d);
     return bad;
 }
@@ -334,6 +369,9 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     Dev d = timing_dev(k, m, kl, larger_part(plans[0], plans[1], m, 32), rng);
     // a 256 MB buffer written between runs keeps the weights out of L2 (50 MB)
     void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
+    Dev du = d;  // the matrix stored by unit (zero blocks: the timing does not depend on their values)
+    CK(cudaMalloc(&du.w, size_t(m * row_bytes)));
+    CK(cudaMemset(du.w, 0, size_t(m * row_bytes)));
     for (int n : g_bench_ns) {
         for (bool fused : {false, true}) {
             if (fused && n > lbq::kFusedMaxN) continue;
@@ -346,7 +384,13 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
                             n > lbq::kFusedMaxN ? "        " : fused ? "fused   " : "separate", best * 1e3, wbytes / (best * 1e-3) / 1e9);
             }
         }
+        const float best = best_ms(10, [&] { run(k, plans[0], du, m, kl, n, lbq::kByUnit, true); },
+                                   [&](int it) { CK(cudaMemsetAsync(flush, it, fl)); });
+        std::printf("bench %s %-22s m=%6lld k=%5lld n=%2d by unit: %8.1f us  %6.0f GB/s of weights\n",
+                    k == Kind::Q4_K ? "q4_K" : "q6_K", plan_label(plans[0]).c_str(), (long long)m, (long long)kl, n,
+                    best * 1e3, wbytes / (best * 1e-3) / 1e9);
     }
+    cudaFree(du.w);
     cudaFree(flush);
     free_dev(d);
 }
@@ -558,7 +602,7 @@ static void trace_report(const std::vector<TraceRec> & recs) {
 // the products that share an input as one taller matrix (qkv|z|beta|alpha, gate|up), `one_kernel` lets
 // launches of at most 8 columns run as one kernel. All Q4_K. `trace`: one more run recorded through the hooks and
 // reported by trace_report.
-static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, bool trace = false) {
+static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, bool trace = false, bool unit = false) {
     const int n_layers = 8;
     struct Prod { int64_t m, k; int in, out; };  // in/out: activation buffer 0 (5120), 1 (6144), 2 (17408)
     static const Prod kFused[] = {{16480, 5120, 0, 1}, {5120, 6144, 1, 0}, {34816, 5120, 0, 2}, {5120, 17408, 2, 0}};
@@ -574,7 +618,7 @@ static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, 
     std::vector<uint8_t *> ws; std::vector<float *> ys; std::vector<lbq::Plan> plans;
     for (int l = 0; l < n_layers; ++l)
         for (const Prod & p : layer) {
-            const size_t bytes = size_t(p.m * packed_row_bytes(Kind::Q4_K, p.k));
+            const size_t bytes = size_t(p.m * packed_row_bytes(Kind::Q4_K, p.k));  // either layout
             uint8_t * w; CK(cudaMalloc(&w, bytes)); CK(cudaMemset(w, 0, bytes)); ws.push_back(w);
             float * y; CK(cudaMalloc(&y, size_t(32 * p.m * 4))); ys.push_back(y);
             plans.push_back(waves ? lbq::wave_plan(int(p.m), int(p.k), g_n_sm) : lbq::slot_plan(int(p.m), int(p.k), g_n_sm));
@@ -590,7 +634,7 @@ static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, 
         size_t i = 0;
         for (int l = 0; l < n_layers; ++l)
             for (const Prod & p : layer) {
-                lbq::launch<Kind::Q4_K>(plans[i], ws[i], packed_row_bytes(Kind::Q4_K, p.k), int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
+                lbq::launch<Kind::Q4_K>(plans[i], ws[i], unit ? lbq::kByUnit : packed_row_bytes(Kind::Q4_K, p.k), int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
                                         tickets, ys[i], p.m, g_smem_limit, st);
                 if (p.out >= 0) {
                     ggml_cuda_kernel_launch(glue, ggml_cuda_kernel_launch_params(dim3((ks[p.out] + 255) / 256, n), dim3(256), 0, st),
@@ -629,9 +673,10 @@ static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, 
         std::printf("trace of the chain below:\n");
         trace_report(recs);
     }
-    std::printf("chain n=%2d %s%s %s (dependent launch %s): %zu products, %.1f us per layer, %.0f GB/s of weights\n", n,
+    std::printf("chain n=%2d %s%s %s%s (dependent launch %s): %zu products, %.1f us per layer, %.0f GB/s of weights\n", n,
                 fused ? "stacked  " : "separate ", n > lbq::kFusedMaxN ? "" : one_kernel ? "one kernel   " : "three kernels",
-                waves ? "wave_plan" : "slot_plan", pdl ? "on" : "off", ws.size(), best * 1e3 / n_layers, wbytes / (best * 1e-3) / 1e9);
+                waves ? "wave_plan" : "slot_plan", unit ? ", by unit" : "", pdl ? "on" : "off", ws.size(), best * 1e3 / n_layers,
+                wbytes / (best * 1e-3) / 1e9);
     for (auto w : ws) cudaFree(w);
     for (auto y : ys) cudaFree(y);
     for (auto x : xs) cudaFree(x);
@@ -660,10 +705,14 @@ int main(int argc, char ** argv) {
             chain_bench(true, 1, false, waves);
             chain_bench(true, 1, true, waves);
         }
+        // the matrices stored by unit (lbq::kByUnit)
+        chain_bench(true, 23, true, false, false, true);
+        chain_bench(true, 1, true, false, false, true);
     };
     if (argc > 1 && std::strcmp(argv[1], "trace") == 0) {
         chain_bench(true, 1, true, false, true);
         chain_bench(true, 23, true, false, true);
+        chain_bench(true, 1, true, false, true, true);
         return 0;
     }
     if (argc > 1 && std::strcmp(argv[1], "chain") == 0) {

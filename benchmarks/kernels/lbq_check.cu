@@ -244,17 +244,18 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     const std::vector<uint8_t> wu = by_unit(k, w.data(), m, kl, row_bytes);
     Dev du = d;  // the same buffers but the weights
     CK(cudaMalloc(&du.w, wu.size()));
-    const int64_t n_blocks = m * (kl / 256);
-    if (k == Kind::Q4_K) lbq::store_by_unit<Kind::Q4_K><<<unsigned((n_blocks + 255) / 256), 256>>>(d.w, row_bytes, int(m), int(kl / 256), du.w);
-    else lbq::store_by_unit<Kind::Q6_K><<<unsigned((n_blocks + 255) / 256), 256>>>(d.w, row_bytes, int(m), int(kl / 256), du.w);
+    const int n_sb_all = int(kl / 256);
+    const unsigned grid = unsigned((m * n_sb_all + 255) / 256);
+    if (k == Kind::Q4_K) lbq::store_by_unit<Kind::Q4_K><<<grid, 256>>>(d.w, row_bytes, int(m), n_sb_all, du.w);
+    else lbq::store_by_unit<Kind::Q6_K><<<grid, 256>>>(d.w, row_bytes, int(m), n_sb_all, du.w);
     CK(cudaGetLastError());
     std::vector<uint8_t> wu_gpu(wu.size());
     CK(cudaMemcpy(wu_gpu.data(), du.w, wu.size(), cudaMemcpyDeviceToHost));
     int bad = 0;
     const bool stored_ok = wu_gpu == wu;
     bad += !stored_ok;
-    std::printf("check %s m=%lld k=%lld row+%lld: stored by unit on the GPU as on the host: %s\n", k == Kind::Q4_K ? "q4_K" : "q6_K",
-                (long long)m, (long long)kl, (long long)row_pad, stored_ok ? "ok" : "FAIL");
+    std::printf("check %s m=%lld k=%lld row+%lld: stored by unit on the GPU as on the host: %s\n",
+                k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad, stored_ok ? "ok" : "FAIL");
     const int tiles = int((m + lbq::kRows - 1) / lbq::kRows), n_sb = int(kl / lbq::kQK);
     std::vector<lbq::Plan> plans;
     for (int split : {1, 2, 3}) {
@@ -634,7 +635,8 @@ static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, 
         size_t i = 0;
         for (int l = 0; l < n_layers; ++l)
             for (const Prod & p : layer) {
-                lbq::launch<Kind::Q4_K>(plans[i], ws[i], unit ? lbq::kByUnit : packed_row_bytes(Kind::Q4_K, p.k), int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
+                const int64_t row_bytes = unit ? lbq::kByUnit : packed_row_bytes(Kind::Q4_K, p.k);
+                lbq::launch<Kind::Q4_K>(plans[i], ws[i], row_bytes, int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
                                         tickets, ys[i], p.m, g_smem_limit, st);
                 if (p.out >= 0) {
                     ggml_cuda_kernel_launch(glue, ggml_cuda_kernel_launch_params(dim3((ks[p.out] + 255) / 256, n), dim3(256), 0, st),

@@ -8,25 +8,11 @@
 // used). If the longer runs stream faster, a product's unit should take several super-blocks of fewer rows, or the
 // matrix another layout.
 //   nvcc -O3 -arch=sm_90 -std=c++17 benchmarks/kernels/stream_probe.cu -o stream_probe && ./stream_probe
-#include <cuda_runtime.h>
-
-#include <cstdint>
-#include <cstdio>
-#include <cstdlib>
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-    std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); std::exit(1); } } while (0)
+#include "probe_common.cuh"  // CHECK, cp_async16 / cp_commit / cp_wait
 
 constexpr int kThreads = 128;
 constexpr int kStageBytes = 128 * 144;  // lbq's Q4_K stage: 128 rows x one super-block
 constexpr int kStages = 3;
-
-__device__ __forceinline__ void cp_async16(void * smem, const void * gmem) {
-    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 // Block b streams units [b * units / workers, (b + 1) * units / workers) of the matrix; a unit is `rows` rows x `run`
 // bytes (rows x run = kStageBytes), taken row tile by row tile, each tile's runs in k order (lbq's walk).
@@ -79,16 +65,16 @@ __global__ void copy_kernel(const int4 * __restrict__ a, int4 * __restrict__ b, 
 
 template <class F> static float best_ms(F && fn, void * flush, size_t flush_bytes) {
     cudaEvent_t a, b;
-    CK(cudaEventCreate(&a)); CK(cudaEventCreate(&b));
+    CHECK(cudaEventCreate(&a)); CHECK(cudaEventCreate(&b));
     float best = 1e30f;
     for (int it = 0; it < 12; ++it) {
-        CK(cudaMemsetAsync(flush, it, flush_bytes));  // the matrix out of L2
-        CK(cudaEventRecord(a));
+        CHECK(cudaMemsetAsync(flush, it, flush_bytes));  // the matrix out of L2
+        CHECK(cudaEventRecord(a));
         fn();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
+        CHECK(cudaEventRecord(b));
+        CHECK(cudaEventSynchronize(b));
         float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
+        CHECK(cudaEventElapsedTime(&ms, a, b));
         if (it >= 2) best = ms < best ? ms : best;
     }
     return best;
@@ -96,20 +82,20 @@ template <class F> static float best_ms(F && fn, void * flush, size_t flush_byte
 
 int main() {
     int n_sm = 0;
-    CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
+    CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, 0));
     const size_t flush_bytes = 256u << 20;
-    void * flush; CK(cudaMalloc(&flush, flush_bytes));
+    void * flush; CHECK(cudaMalloc(&flush, flush_bytes));
     const int64_t big = int64_t(1) << 30;
-    uint8_t * w; CK(cudaMalloc(&w, size_t(big)));
-    uint8_t * w2; CK(cudaMalloc(&w2, size_t(big)));
-    CK(cudaMemset(w, 1, size_t(big)));
-    unsigned * out; CK(cudaMalloc(&out, size_t(4 * n_sm) * kThreads * sizeof(unsigned)));
+    uint8_t * w; CHECK(cudaMalloc(&w, size_t(big)));
+    uint8_t * w2; CHECK(cudaMalloc(&w2, size_t(big)));
+    CHECK(cudaMemset(w, 1, size_t(big)));
+    unsigned * out; CHECK(cudaMalloc(&out, size_t(4 * n_sm) * kThreads * sizeof(unsigned)));
     const float copy_ms = best_ms([&] {
         copy_kernel<<<4 * n_sm, 512>>>(reinterpret_cast<const int4 *>(w), reinterpret_cast<int4 *>(w2), big / 32);
     }, flush, flush_bytes);  // half the buffer read, half written
     const double copy_gbs = double(big) / (copy_ms * 1e-3) / 1e9;
     std::printf("copy: %.0f GB/s (read + write of %lld MB)\n", copy_gbs, (long long)(big / 2 >> 20));
-    CK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, kStages * kStageBytes));
+    CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, kStages * kStageBytes));
     // the 27B's ffn gate|up (34816 x 5120 Q4_K: 100 MB) and down (5120 x 17408: 50 MB), and 1 GB of 5120-wide rows
     const struct { int m; int64_t row_bytes; const char * name; } shapes[] = {
         {34816, 2880, "34816 x 2880 B"}, {5120, 9792, "5120 x 9792 B"}, {372736, 2880, "372736 x 2880 B (1 GB)"}};
@@ -121,7 +107,7 @@ int main() {
             const float ms = best_ms([&] {
                 stream<<<workers, kThreads, kStages * kStageBytes>>>(w, sh.row_bytes, sh.m, rows, run, workers, out);
             }, flush, flush_bytes);
-            CK(cudaGetLastError());
+            CHECK(cudaGetLastError());
             const double gbs = double(sh.m) * sh.row_bytes / (ms * 1e-3) / 1e9;
             char unit[48];
             if (rows) std::snprintf(unit, sizeof unit, "unit %3d rows x %5d B", rows, run);

@@ -98,10 +98,11 @@ stage_probe() {
     nvcc -O3 -std=c++17 "${arch[@]}" benchmarks/kernels/tree_attn_probe.cu -o "$WORK/tree_attn_probe" || return 1
     # the mma.sync shapes, then the wgmma ones in a process of their own (a fault or a hang there keeps the first
     # table), then where the wgmma block's tile time goes (clock64 phases), then the cluster shape against the
-    # 2-producer block (2.6x slower for the tree at 128K, session 31)
+    # 2-producer block (2.6x slower for the tree at 128K, session 31), then the 2-producer block over a head-major
+    # cache against the engine's layout (written in session 33, not run yet)
     local rc=0 part st
     : >"$OUT/tree_attn_probe.txt"
-    for part in mma wgmma trace cluster; do
+    for part in mma wgmma trace cluster layout; do
         timeout 180 "$WORK/tree_attn_probe" "$part" 2>&1 | tee -a "$OUT/tree_attn_probe.txt"
         st="${PIPESTATUS[0]}"
         [ "$st" = 0 ] && continue

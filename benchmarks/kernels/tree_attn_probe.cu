@@ -430,13 +430,20 @@ __device__ __forceinline__ void wg_load_q(const half * q, uint8_t * q_sh, int kv
     }
 }
 
+// The K / V caches' layout the wgmma blocks read (part `layout`): 0, the engine's ([n_kv][HKV][row]: a key of one head
+// is a 144-byte run, 576 bytes from the next), or n, head-major with n keys a head ([HKV][n][row]: a tile is one run).
+// The mma.sync blocks read the engine's layout only.
+__device__ int g_head_major_keys;
+
 // tile t's Q4_0 rows of KV head kvh (K, then V) into raw ([K, V][kTile][kRowBytes]), one cp.async group
 template <int kTile>
 __device__ __forceinline__ void wg_issue(const uint8_t * k, const uint8_t * v, uint8_t * raw, int t, int kvh, int tid,
                                          int n_threads) {
-    constexpr size_t kStride = size_t(HKV) * kRowBytes;
+    const int head_keys = g_head_major_keys;
+    const size_t kStride = head_keys ? size_t(kRowBytes) : size_t(HKV) * kRowBytes;
     constexpr int kSegs = kRowBytes / 16;
-    const size_t off = size_t(t) * kTile * kStride + size_t(kvh) * kRowBytes;
+    const size_t off = head_keys ? (size_t(kvh) * head_keys + size_t(t) * kTile) * kRowBytes
+                                 : size_t(t) * kTile * kStride + size_t(kvh) * kRowBytes;
     for (int i = tid; i < 2 * kTile * kSegs; i += n_threads) {
         const int which = i / (kTile * kSegs), j = i % (kTile * kSegs), key = j / kSegs, sg = j % kSegs;
         cp_async16(raw + (which * kTile + key) * kRowBytes + sg * 16,
@@ -1187,15 +1194,18 @@ int main(int argc, char ** argv) {
     // cluster: the cluster shape and the 2-producer block it is measured against (a process of their own: a cluster
     // launch that faults keeps the other tables)
     const bool cluster_part = std::strcmp(only, "cluster") == 0;
+    // layout: the 2-producer block over the engine's cache layout and over a head-major one (the same values)
+    const bool layout_part = std::strcmp(only, "layout") == 0;
     if (*only && std::strcmp(only, "mma") != 0 && std::strcmp(only, "wgmma") != 0 && !profile && !trace &&
-        !cluster_part) {
-        std::fprintf(stderr, "usage: tree_attn_probe [mma|wgmma|cluster|profile|trace]\n");
+        !cluster_part && !layout_part) {
+        std::fprintf(stderr, "usage: tree_attn_probe [mma|wgmma|cluster|layout|profile|trace]\n");
         return 2;
     }
     // a shape this run measures (the serial tree, every check's reference, runs either way)
     auto wanted = [&](int mode) {
         if (!*only) return true;
         if (cluster_part) return mode == kFa3Cluster || mode == kFa3Regs2P;
+        if (layout_part) return false;  // (its own table below)
         return (std::strcmp(only, "wgmma") == 0) == on_wgmma(mode) && mode != kFa3Cluster;
     };
     constexpr int kMaxKv = 131072, kMaxQ = 23, kMaxSeg = 264;
@@ -1468,6 +1478,51 @@ int main(int argc, char ** argv) {
                 }
             }
         }
+    }
+    // The cache's layout: the engine keeps a key's heads side by side ([n_kv][HKV][row]), so a tile of one KV head is
+    // 64 runs of 144 bytes 576 apart, and the 3 row groups of a tree each read it; stored head-major the tile is one
+    // 9 KB run (benchmarks/kernels/stream_probe.cu: such runs stream ~1.4x faster). Each result bit for bit as the
+    // engine's layout gives it.
+    if (hopper && layout_part) {
+        std::vector<uint8_t> hk_hm(hk.size()), hv_hm(hv.size());
+        for (int t = 0; t < kMaxKv; ++t)
+            for (int h = 0; h < HKV; ++h) {
+                const size_t from = (size_t(t) * HKV + h) * kRowBytes, to = (size_t(h) * kMaxKv + t) * kRowBytes;
+                std::memcpy(&hk_hm[to], &hk[from], kRowBytes);
+                std::memcpy(&hv_hm[to], &hv[from], kRowBytes);
+            }
+        uint8_t *k_hm, *v_hm;
+        CHECK(cudaMalloc(&k_hm, hk_hm.size()));
+        CHECK(cudaMalloc(&v_hm, hv_hm.size()));
+        CHECK(cudaMemcpy(k_hm, hk_hm.data(), hk_hm.size(), cudaMemcpyHostToDevice));
+        CHECK(cudaMemcpy(v_hm, hv_hm.data(), hv_hm.size(), cudaMemcpyHostToDevice));
+        std::printf("\n| cache layout, 2-producer block | queries | keys | keys a segment | attention us | merge us | total "
+                    "us | bits as the engine's layout |\n|---|---|---|---|---|---|---|---|\n");
+        const Config g{4, kFa3Regs2P, 64, 1};
+        std::vector<float> want(size_t(kMaxQ) * H * D), got(want.size());
+        for (int n_q : {23, 1}) {
+            for (int n_kv : {32768, 131072}) {
+                const int seg_tiles = 32;  // the fork's 2,048-key segments
+                int head_keys = 0;
+                CHECK(cudaMemcpyToSymbol(g_head_major_keys, &head_keys, sizeof head_keys));
+                const Run a = run_case({n_q, n_kv, seg_tiles, g}, q, k, v, part, dst, 20);
+                CHECK(cudaMemcpy(want.data(), dst, size_t(n_q) * H * D * sizeof(float), cudaMemcpyDeviceToHost));
+                head_keys = kMaxKv;
+                CHECK(cudaMemcpyToSymbol(g_head_major_keys, &head_keys, sizeof head_keys));
+                const Run b = run_case({n_q, n_kv, seg_tiles, g}, q, k_hm, v_hm, part, dst, 20);
+                CHECK(cudaMemcpy(got.data(), dst, size_t(n_q) * H * D * sizeof(float), cudaMemcpyDeviceToHost));
+                head_keys = 0;
+                CHECK(cudaMemcpyToSymbol(g_head_major_keys, &head_keys, sizeof head_keys));
+                const bool same = std::memcmp(want.data(), got.data(), size_t(n_q) * H * D * sizeof(float)) == 0;
+                ok &= same;
+                for (const auto & [name, r] : {std::pair{"engine's [key][head][row]", a}, std::pair{"head-major", b}}) {
+                    std::printf("| %s | %d | %d | %d | %.1f | %.1f | %.1f | %s |\n", name, n_q, n_kv, seg_tiles * 64,
+                                r.attn_us, r.merge_us, r.attn_us + r.merge_us, same ? "yes" : "NO");
+                }
+            }
+        }
+        CHECK(cudaFree(k_hm));
+        CHECK(cudaFree(v_hm));
     }
     std::printf("tree_attn_probe: %s\n", ok ? "all ok" : "FAILED");
     return ok ? 0 : 1;

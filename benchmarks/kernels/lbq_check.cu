@@ -255,7 +255,8 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     const bool stored_ok = wu_gpu == wu;
     bad += !stored_ok;
     std::printf("check %s m=%lld k=%lld row+%lld: stored by unit on the GPU as on the host: %s\n",
-                k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad, stored_ok ? "ok" : "FAIL");
+                k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad,
+                stored_ok ? "ok" : "FAIL");
     const int tiles = int((m + lbq::kRows - 1) / lbq::kRows), n_sb = int(kl / lbq::kQK);
     std::vector<lbq::Plan> plans;
     for (int split : {1, 2, 3}) {
@@ -675,10 +676,11 @@ static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, 
         std::printf("trace of the chain below:\n");
         trace_report(recs);
     }
-    std::printf("chain n=%2d %s%s %s%s (dependent launch %s): %zu products, %.1f us per layer, %.0f GB/s of weights\n", n,
-                fused ? "stacked  " : "separate ", n > lbq::kFusedMaxN ? "" : one_kernel ? "one kernel   " : "three kernels",
-                waves ? "wave_plan" : "slot_plan", unit ? ", by unit" : "", pdl ? "on" : "off", ws.size(), best * 1e3 / n_layers,
-                wbytes / (best * 1e-3) / 1e9);
+    std::printf("chain n=%2d %s%s %s%s (dependent launch %s): %zu products, %.1f us per layer, %.0f GB/s of "
+                "weights\n", n, fused ? "stacked  " : "separate ",
+                n > lbq::kFusedMaxN ? "" : one_kernel ? "one kernel   " : "three kernels",
+                waves ? "wave_plan" : "slot_plan", unit ? ", by unit" : "", pdl ? "on" : "off", ws.size(),
+                best * 1e3 / n_layers, wbytes / (best * 1e-3) / 1e9);
     for (auto w : ws) cudaFree(w);
     for (auto y : ys) cudaFree(y);
     for (auto x : xs) cudaFree(x);

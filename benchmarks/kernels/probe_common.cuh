@@ -1,7 +1,7 @@
 // Pieces of the standalone probes in benchmarks/kernels (tree_attn_probe.cu, stream_probe.cu; the transposed probe of
-// session 31 is on branch wip/tree-attn-transposed): the 27B's attention shape, an error check, cp.async / named barrier /
-// setmaxnreg wrappers, the Q4_0 -> f16 conversion the invariant attention uses (so a probe's tiles hold the fork's
-// values), the segment merge, and on the host the probes' data and their double-precision reference.
+// session 31 is on branch wip/tree-attn-transposed): the 27B's attention shape, an error check, cp.async / named
+// barrier / setmaxnreg wrappers, the Q4_0 -> f16 conversion the invariant attention uses (so a probe's tiles hold the
+// fork's values), the segment merge, and on the host the probes' data and their double-precision reference.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

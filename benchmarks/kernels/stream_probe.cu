@@ -60,7 +60,9 @@ __global__ void __launch_bounds__(kThreads, 2) stream(const uint8_t * __restrict
 }
 
 __global__ void copy_kernel(const int4 * __restrict__ a, int4 * __restrict__ b, int64_t n) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) b[i] = a[i];
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        b[i] = a[i];
+    }
 }
 
 template <class F> static float best_ms(F && fn, void * flush, size_t flush_bytes) {

@@ -1496,8 +1496,8 @@ int main(int argc, char ** argv) {
         CHECK(cudaMalloc(&v_hm, hv_hm.size()));
         CHECK(cudaMemcpy(k_hm, hk_hm.data(), hk_hm.size(), cudaMemcpyHostToDevice));
         CHECK(cudaMemcpy(v_hm, hv_hm.data(), hv_hm.size(), cudaMemcpyHostToDevice));
-        std::printf("\n| cache layout, 2-producer block | queries | keys | keys a segment | attention us | merge us | total "
-                    "us | bits as the engine's layout |\n|---|---|---|---|---|---|---|---|\n");
+        std::printf("\n| cache layout, 2-producer block | queries | keys | keys a segment | attention us | merge us | "
+                    "total us | bits as the engine's layout |\n|---|---|---|---|---|---|---|---|\n");
         const Config g{4, kFa3Regs2P, 64, 1};
         std::vector<float> want(size_t(kMaxQ) * H * D), got(want.size());
         for (int n_q : {23, 1}) {

@@ -73,8 +73,9 @@ void mark_graph_reusable(ggml_cgraph * gf);
 void check_graph_supported(ggml_backend_t backend, ggml_cgraph * gf, const char * what);
 
 // Stores a weight matrix (placed and filled) in the order the GPU's product kernel streams it where the backend has
-// one (CUDA: Q4_K / Q6_K, patch 0049; the same bits, read faster). Afterwards its only use must be as a mat-mul's
-// weights. Whether it did (not on the CPU, not other types, not without scratch memory for the copy).
+// one (CUDA: Q4_K / Q6_K, patch 0049; read faster, the same bits with batch-invariant kernels). Afterwards its only
+// use must be as a whole mat-mul's weights. Whether it did (not on the CPU, not other types, not without scratch
+// memory for the copy).
 bool store_for_products(ggml_tensor * w);
 
 // A graph built once and computed again while its shape holds, with its own compute buffer: reusing

@@ -615,10 +615,13 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
         static_assert(!kRegs || kTile == 64, "a row a producer thread: 2 x 64 rows");
         if constexpr (kNc + kNp > 2) setmaxnreg_dec<kProducerRegs>();
         const int pw = wg - kNc;
-        constexpr size_t kStride = size_t(HKV) * kRowBytes;
+        // the cache's layout as wg_issue reads it (g_head_major_keys)
+        const int head_keys = g_head_major_keys;
+        const size_t kStride = head_keys ? size_t(kRowBytes) : size_t(HKV) * kRowBytes;
         constexpr unsigned kLbo = kTile / 8 * 128;
         const int which = wtid / kTile, key = wtid % kTile;
-        const uint8_t * base = (which ? v : k) + size_t(kvh) * kRowBytes + size_t(key) * kStride;
+        const uint8_t * base = (which ? v : k) + size_t(kvh) * (head_keys ? size_t(head_keys) : size_t(1)) * kRowBytes +
+                               size_t(key) * kStride;
         unsigned cur[kRowBytes / 4], nxt[kRowBytes / 4];
         if constexpr (kRing > 0) {
             // the rows copied whole-tile by cp.async (consecutive threads, consecutive 16 bytes: coalesced, past L1)

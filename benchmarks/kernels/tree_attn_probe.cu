@@ -617,11 +617,11 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
         const int pw = wg - kNc;
         // the cache's layout as wg_issue reads it (g_head_major_keys)
         const int head_keys = g_head_major_keys;
-        const size_t kStride = head_keys ? size_t(kRowBytes) : size_t(HKV) * kRowBytes;
+        const size_t key_stride = head_keys ? size_t(kRowBytes) : size_t(HKV) * kRowBytes;
         constexpr unsigned kLbo = kTile / 8 * 128;
         const int which = wtid / kTile, key = wtid % kTile;
         const uint8_t * base = (which ? v : k) + size_t(kvh) * (head_keys ? size_t(head_keys) : size_t(1)) * kRowBytes +
-                               size_t(key) * kStride;
+                               size_t(key) * key_stride;
         unsigned cur[kRowBytes / 4], nxt[kRowBytes / 4];
         if constexpr (kRing > 0) {
             // the rows copied whole-tile by cp.async (consecutive threads, consecutive 16 bytes: coalesced, past L1)
@@ -664,7 +664,7 @@ probe_attn_fa3(const half * q, const uint8_t * k, const uint8_t * v, float * par
             return;
         }
         auto load = [&](unsigned (&r)[kRowBytes / 4], int t) {
-            const uint4 * p = (const uint4 *) (base + size_t(t) * kTile * kStride);
+            const uint4 * p = (const uint4 *) (base + size_t(t) * kTile * key_stride);
 #pragma unroll
             for (int j = 0; j < kRowBytes / 16; ++j) {
                 const uint4 x = __ldg(p + j);

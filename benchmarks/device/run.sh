@@ -354,7 +354,8 @@ stage_serverbench() {
 # Interleaved A/B of the decode step on one warm machine (ratios hold only within one): step_bench at 8K once per
 # configuration per round. LUCEBOX_AB: configurations separated by ';', each environment assignments, then
 # step_bench flags (an empty one: the defaults), e.g. LUCEBOX_AB='GGML_CUDA_CPY_MEMCPY=1;' ; LUCEBOX_AB_ROUNDS
-# (default 3). The default compares lbq's classic split-K (wave_plan) with its default plan (slot_plan).
+# (default 3). The default compares lbq's classic split-K (wave_plan) with its default plan (slot_plan). Flags come
+# after the 8K ones and win, so a configuration may bench another depth: 'LUCEBOX_KV_LAYOUT=key --ctx 131072 --kv q4_0'.
 stage_ab() {
     local configs="${LUCEBOX_AB-GGML_CUDA_LBQ_WAVES=1;}"
     log "interleaved A/B, step_bench at 8K: $configs"
@@ -372,7 +373,7 @@ stage_ab() {
             echo "round $r: ${cfg:-defaults}"
             env ${envs[@]+"${envs[@]}"} python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" \
                 --draft "$WORK/synth-27b-dflash" --ctx 8192 --n-gen 128 --steps 10 ${flags[@]+"${flags[@]}"} 2>&1 \
-                | grep -E "^\| (AR decode|8192)"
+                | grep -E "^\| (AR decode|[0-9]+ \|)"
         done
     done
 }

@@ -355,7 +355,8 @@ stage_serverbench() {
 # configuration per round. LUCEBOX_AB: configurations separated by ';', each environment assignments, then
 # step_bench flags (an empty one: the defaults), e.g. LUCEBOX_AB='GGML_CUDA_CPY_MEMCPY=1;' ; LUCEBOX_AB_ROUNDS
 # (default 3). The default compares lbq's classic split-K (wave_plan) with its default plan (slot_plan). Flags come
-# after the 8K ones and win, so a configuration may bench another depth: 'LUCEBOX_KV_LAYOUT=key --ctx 131072 --kv q4_0'.
+# after the 8K ones and win, so a configuration may bench another depth:
+# 'LUCEBOX_KV_LAYOUT=key --ctx 131072 --kv q4_0'.
 stage_ab() {
     local configs="${LUCEBOX_AB-GGML_CUDA_LBQ_WAVES=1;}"
     log "interleaved A/B, step_bench at 8K: $configs"

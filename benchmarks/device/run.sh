@@ -14,6 +14,9 @@ help_if_asked "$0" "$@"
 cd "$ROOT"
 OUT="${OUT:-$ROOT/build/device-out}"
 mkdir -p "$OUT"
+# Everything printed also goes to $OUT/run.log: a call cut off at the lease's limit still brings back what ran
+# (a pipe to `tail` in the call's command returns nothing then).
+exec > >(tee -a "$OUT/run.log") 2>&1
 JOBS="$(nproc)"
 ARCHS="${LUCEBOX_CUDA_ARCHS:-90a}"
 BUILD="$ROOT/build/cuda"

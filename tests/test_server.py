@@ -211,6 +211,8 @@ def test_anthropic_stream_equals_non_stream(live):
     (b'{"messages": []}', "messages is empty"),
     (b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', "text only"),
     (b'[1, 2]', "body"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', "finite number"),
+    (b'{"messages": [{"role": "user", "content": "a \\ud800 b"}]}', "not valid Unicode"),  # a lone surrogate
 ])
 def test_bad_requests_get_400_json(live, body, words):
     r = httpx.post(live.url + "/v1/chat/completions", content=body, headers={"content-type": "application/json"},
@@ -218,6 +220,17 @@ def test_bad_requests_get_400_json(live, body, words):
     assert r.status_code == 400
     err = r.json()["error"]
     assert words in err["message"] and err["type"] == "invalid_request_error"
+    assert live.healthy()
+
+
+def test_text_the_tokenizer_refuses_is_a_400_on_every_route(live):
+    bodies = {"/v1/completions": {"prompt": "a \ud800 b", "max_tokens": 3},
+              "/v1/messages": {"max_tokens": 3, "messages": [{"role": "user", "content": "a \ud800 b"}]},
+              "/v1/messages/count_tokens": {"messages": [{"role": "user", "content": "a \ud800 b"}]}}
+    for route, body in bodies.items():
+        r = httpx.post(live.url + route, content=json.dumps(body), timeout=TIMEOUT_S,  # ASCII: "\\ud800" escaped
+                       headers={"content-type": "application/json"})
+        assert r.status_code == 400 and "not valid Unicode" in r.text, (route, r.text)
     assert live.healthy()
 
 
@@ -232,6 +245,10 @@ def test_huge_prompt_names_the_numbers(live):
         client.completions.create(model="lucebox", prompt=[1] * (MAX_CTX + 5), max_tokens=3)
     with pytest.raises(openai.BadRequestError, match="token ids"):
         client.completions.create(model="lucebox", prompt=[10 ** 7], max_tokens=3)
+    # counting is how a client learns that a prompt does not fit: it answers past the context too
+    count = live.anthropic().messages.count_tokens(model="lucebox",
+                                                   messages=[{"role": "user", "content": "word " * 3000}])
+    assert count.input_tokens > MAX_CTX
     assert chat(client, CODE, max_tokens=3).usage.completion_tokens == 3
 
 

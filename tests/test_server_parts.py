@@ -101,6 +101,11 @@ def test_engine_options_mapping():
         assert opts["temperature"] == 0.8 and opts["top_k"] == 20 and opts["seed"] == 3
         assert opts["repeat_penalty"] == 1.1 and opts["min_p"] == 0.05 and opts["top_p"] == 0.9
         GenerationConfig(**opts)  # the names are the Engine's
+        # an API's signed or oversized seed reaches the engine as its two's complement in [0, 2^64)
+        for seed, engine_seed in ((-1, 2 ** 64 - 1), (2 ** 64 + 5, 5), (-(2 ** 63), 2 ** 63)):
+            opts = engine_options(max_tokens=4, temperature=0.8, seed=seed)
+            assert opts["seed"] == engine_seed
+            GenerationConfig(**opts)
     else:
         with pytest.raises(BadRequest, match="greedily"):
             engine_options(max_tokens=4, **asked)

@@ -26,7 +26,7 @@ class AMessage(BaseModel):
 
 
 class CountRequest(BaseModel):
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", allow_inf_nan=False)  # NaN, inf: "Input should be a finite number"
 
     model: str | None = None
     messages: list[AMessage]

@@ -23,7 +23,7 @@ from . import anthropic_api as A
 from . import openai_api as O
 from . import streams
 from .options import BadRequest
-from .prompt import Prompt, check_fits, max_new_tokens, render
+from .prompt import Prompt, check_fits, encode, max_new_tokens, render
 from .tool_calls import ReplyParser, merge_events
 from .worker import Job, QueueFull, Result, Worker
 
@@ -182,10 +182,11 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         parser = ReplyParser(thinking=prompt.thinking, tools=prompt.tools)
         return prompt, parser, await submit(request, prompt.ids, options)
 
-    async def chat_prompt(req) -> Prompt:
+    async def chat_prompt(req, check: bool = True) -> Prompt:
         prompt = await run_in_threadpool(render, tok, req.chat_messages(), tools=req.active_tools(),
                                          template_kwargs=req.template_kwargs())
-        check_fits(len(prompt.ids), max_ctx)
+        if check:
+            check_fits(len(prompt.ids), max_ctx)
         return prompt
 
     # --- routes: health, models -------------------------------------------------------------
@@ -220,7 +221,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         check_model(req.model)
         req.check_supported()
         if isinstance(req.prompt, str):
-            ids = await run_in_threadpool(tok.encode, req.prompt)
+            ids = await run_in_threadpool(encode, tok, req.prompt, "prompt")
         else:
             ids = list(req.prompt)
             if any(not 0 <= t < tok.vocab_size for t in ids):
@@ -242,7 +243,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
     @app.post("/v1/messages/count_tokens", dependencies=[Depends(authorize)])
     async def count_tokens(req: A.CountRequest, request: Request):
         check_model(req.model)
-        prompt = await chat_prompt(req)
+        prompt = await chat_prompt(req, check=False)  # a client counts to learn whether the prompt fits
         log.info("POST /v1/messages/count_tokens 200 prompt=%d", len(prompt.ids))
         return {"input_tokens": len(prompt.ids)}
 

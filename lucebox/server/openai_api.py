@@ -23,7 +23,7 @@ MAX_STOPS = 16
 class Sampling(BaseModel):
     """Decoding parameters both OpenAI routes share (lucebox extras: budget, mode)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN, inf: "Input should be a finite number"
 
     model: str | None = None
     max_tokens: int | None = Field(None, ge=1)

@@ -48,5 +48,6 @@ def engine_options(*, max_tokens: int, stop: list[str] | None = None, temperatur
         return opts
     opts.update(sampling)
     if seed is not None:
-        opts["seed"] = seed
+        # the APIs' seeds are signed 64-bit (OpenAI) or any integer; the engine's are [0, 2^64): two's complement
+        opts["seed"] = seed % 2 ** 64
     return opts

@@ -10,6 +10,7 @@ import json
 from dataclasses import dataclass
 
 from ..chat_template import TemplateError
+from ..tokenizer import TokenizerError
 from .options import BadRequest
 from .tool_calls import starts_in_thinking
 
@@ -68,7 +69,17 @@ def render(tokenizer, messages: list[dict], *, tools: list[dict] | None = None,
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, **variables)
     except TemplateError as e:
         raise BadRequest(str(e), "messages") from None
-    return Prompt(ids=tokenizer.encode(text), text=text, thinking=starts_in_thinking(text), tools=tools or None)
+    return Prompt(ids=encode(tokenizer, text, "messages"), text=text, thinking=starts_in_thinking(text),
+                  tools=tools or None)
+
+
+def encode(tokenizer, text: str, param: str) -> list[int]:
+    """A request's text as tokens; text the tokenizer refuses (a lone surrogate such as a JSON "\\ud800") is the
+    client's error, a 400 naming `param`, not the server's."""
+    try:
+        return tokenizer.encode(text)
+    except TokenizerError as e:
+        raise BadRequest(f"{param}: {e}", param) from None
 
 
 def check_fits(n_prompt: int, max_ctx: int) -> None:

@@ -180,12 +180,14 @@ class GenerationConfig:
         self.stop = tuple(s for s in self.stop if s)
 
     def _check_sampling(self) -> None:
+        # numbers.Real / Integral take numpy's scalars too; each value is stored as Python's own type after its check
         def number(name: str, low: float, high: float, low_open: bool = False) -> None:
             v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+            if isinstance(v, bool) or not isinstance(v, numbers.Real) or not math.isfinite(v):
                 raise ValueError(f"{name} must be a finite number, got {v!r}")
             if v < low or v > high or (low_open and v == low):
                 raise ValueError(f"{name} must be in {'(' if low_open else '['}{low:g}, {high:g}], got {v!r}")
+            setattr(self, name, float(v))
 
         number("temperature", 0.0, 100.0)
         number("top_p", 0.0, 1.0, low_open=True)
@@ -193,11 +195,13 @@ class GenerationConfig:
         number("repeat_penalty", 0.0, 100.0, low_open=True)
         number("presence_penalty", -100.0, 100.0)
         number("frequency_penalty", -100.0, 100.0)
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, numbers.Integral) or self.top_k < 0:
             raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
-        if self.seed is not None and (isinstance(self.seed, bool) or not isinstance(self.seed, int)
-                                      or not 0 <= self.seed < 2 ** 64):
-            raise ValueError(f"seed must be an integer in [0, 2^64) or None, got {self.seed!r}")
+        self.top_k = int(self.top_k)
+        if self.seed is not None:
+            if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed < 2 ** 64:
+                raise ValueError(f"seed must be an integer in [0, 2^64) or None, got {self.seed!r}")
+            self.seed = int(self.seed)
 
     def processing(self):
         from .sampling import Processing

@@ -196,7 +196,13 @@ class Engine:
         except TypeError:
             raise ValueError("prompt must be a str, a list of {role, content} messages or a list of token ids; "
                              f"got {kind}") from None
-        return [int(t) for t in prompt]
+        ids = [int(t) for t in prompt]
+        # here, not only in the native prefill: an id past int32 would fail the conversion with numpy's message
+        n_vocab = self.info["n_vocab"]
+        bad = next((t for t in ids if not 0 <= t < n_vocab), None)
+        if bad is not None:
+            raise ValueError(f"prompt token id {bad} is outside the vocabulary [0, {n_vocab}); pass the model's ids")
+        return ids
 
     def _prefill(self, ids: list[int], stats: GenerationStats, sampler=None, progress=None,
                  chunk_tokens: int | None = None) -> int:

@@ -42,6 +42,16 @@ def test_generation_config_rejects(field, value, word):
         GenerationConfig(**{field: value})
 
 
+def test_generation_config_takes_numpy_scalars_as_python_numbers():
+    import numpy as np
+
+    gen = GenerationConfig(temperature=np.float32(0.5), top_p=np.float64(0.9), top_k=np.int64(4), seed=np.uint64(7))
+    assert (gen.temperature, gen.top_p, gen.top_k, gen.seed) == (0.5, 0.9, 4, 7)
+    assert type(gen.temperature) is float and type(gen.top_k) is int and type(gen.seed) is int
+    with pytest.raises(ValueError, match="temperature must be a finite number"):
+        GenerationConfig(temperature=np.float32("nan"))
+
+
 def test_engine_options_checked_before_loading(tiny_gguf):
     with pytest.raises(ValueError, match="log_level"):
         Engine(tiny_gguf["f32"], log_level="loud")

@@ -248,7 +248,7 @@ def interrupted(injector, body) -> bool:
 
 
 # --- bad arguments -------------------------------------------------------------------------------
-@pytest.mark.parametrize("prompt", [None, b"bytes", 5, [1.5], [1, "a"], [{"role": "user"}]])
+@pytest.mark.parametrize("prompt", [None, b"bytes", 5, [1.5], [1, "a"], [{"role": "user"}], [-1], [2 ** 40]])
 def test_bad_prompts_are_value_errors(engine, prompt):
     with pytest.raises(ValueError) as err:
         engine.generate(prompt, 2)

@@ -29,18 +29,30 @@ _GGUF_SAMPLING = {"general.sampling.temp": "temperature", "general.sampling.top_
 
 def recommended_sampling(target) -> tuple[dict, str]:
     """(settings, where they came from): the GGUF's general.sampling.* if it has any, else Qwen's
-    published thinking-mode settings (config.CHAT_SAMPLING)."""
-    from .config import CHAT_SAMPLING
+    published thinking-mode settings (config.CHAT_SAMPLING). A value GenerationConfig would refuse (a NaN, a
+    negative top-k, a string) is left out and named in the source, so chat starts with the rest."""
+    from .config import CHAT_SAMPLING, GenerationConfig
     from .gguf_meta import read_metadata
 
     meta = read_metadata(target, keys=_GGUF_SAMPLING)
-    found = {name: meta[key] for key, name in _GGUF_SAMPLING.items() if key in meta}
-    if not found:
-        return dict(CHAT_SAMPLING), "Qwen's recommended"
+    found, ignored = {}, []
+    for key, name in _GGUF_SAMPLING.items():
+        if key not in meta:
+            continue
+        try:
+            # f32 metadata: 0.7 is stored as 0.699999988; keep the digits the model card gave
+            value = SETTINGS[name](meta[key]) if name == "top_k" else round(float(meta[key]), 6)
+            GenerationConfig(**{name: value})
+        except (TypeError, ValueError, OverflowError):
+            ignored.append(f"{key} = {meta[key]!r}")
+            continue
+        found[name] = value
     settings = dict(CHAT_SAMPLING)
-    # f32 metadata: 0.7 is stored as 0.699999988; keep the digits the model card gave
-    settings.update({k: int(v) if k == "top_k" else round(float(v), 6) for k, v in found.items()})
-    return settings, "from the GGUF"
+    settings.update(found)
+    source = "from the GGUF" if found else "Qwen's recommended"
+    if ignored:
+        source += f"; ignored the GGUF's {', '.join(ignored)}: out of range"
+    return settings, source
 
 
 def describe_sampling(options: dict) -> str:

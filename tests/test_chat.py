@@ -241,6 +241,20 @@ def test_recommended_sampling_reads_the_gguf(tiny_gguf, tmp_path):
     assert source == "from the GGUF"
     assert settings == {"temperature": 0.7, "top_p": 0.95, "top_k": 40, "min_p": 0.0}
     assert src is not None
+    # values the engine would refuse are left out (and named), so chat still starts
+    bad = tmp_path / "bad-sampling.gguf"
+    writer = gguf.GGUFWriter(bad, arch=read_metadata(tiny_gguf["f32"], keys=["general.architecture"])["general.architecture"])
+    writer.add_float32("general.sampling.temp", float("nan"))
+    writer.add_int32("general.sampling.top_k", -5)
+    writer.add_string("general.sampling.top_p", "high")
+    writer.add_float32("general.sampling.min_p", 0.1)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.close()
+    settings, source = chat.recommended_sampling(bad)
+    assert settings == {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.1}
+    assert source.startswith("from the GGUF; ignored the GGUF's general.sampling.temp = nan")
+    assert "general.sampling.top_k = -5" in source and "general.sampling.top_p = 'high'" in source
 
 
 # --- the REPL in a real terminal -----------------------------------------------------------------

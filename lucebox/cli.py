@@ -209,6 +209,19 @@ def _load_tokenizer(models):
     return Tokenizer.from_gguf(models.target)
 
 
+def _check_writable(path: Path, option: str) -> None:
+    """ValueError unless `path` can be written now (tried: permissions alone do not say so for root or /proc);
+    a file this creates is removed again."""
+    existed = path.exists()
+    try:
+        with open(path, "a"):
+            pass
+    except OSError as e:
+        raise ValueError(f"{option} {path}: cannot write it ({e.strerror or e}); name a writable path") from None
+    if not existed:
+        path.unlink()
+
+
 def _fit_ctx(n_tokens: int, n_gen: int) -> int:
     need = n_tokens + n_gen + MAX_TREE
     return max(CTX_ROUND, -(-need // CTX_ROUND) * CTX_ROUND)
@@ -417,7 +430,11 @@ def bench(prompt_files, n_prompts, n_gen, budgets, with_chain, draft_top_k, temp
     budget_list = B.parse_budgets(budgets)
     if Path(json_path).suffix.lower() in (".md", ".png"):
         raise ValueError(f"--json {json_path}: name a .json file; the table (.md) and plot (.png) are saved next to it")
+    for path in (Path(json_path), Path(json_path).with_suffix(".md")):
+        _check_writable(path, "--json")  # before the run: a long benchmark must not end unable to save
     suites = [B.load_suite(p, n_prompts) for p in (prompt_files or B.default_prompt_files())]
+    if no_draft:
+        raise ValueError("bench compares AR with speculative decoding and needs a draft: drop --no-draft")
     models = _resolve(target, draft, no_draft, "ddtree")
     if models.draft is None:
         raise ValueError("bench compares AR with speculative decoding and needs a draft: "

@@ -179,6 +179,16 @@ def test_bench_bad_inputs(no_models):
     broken.write_text('{"messages": [{"role": "user", "content": "hi"}]}\n{not json\n')
     result = runner.invoke(main, ["bench", "--prompts", str(broken)])
     assert result.exit_code == 1 and f"{broken}:2" in result.output
+    # checked before any model is looked for (there is none here): a long run must not end unable to save
+    unsaved = runner.invoke(main, ["bench", "--json", str(no_models / "no-such-dir" / "b.json")])
+    assert unsaved.exit_code == 1 and "cannot write it" in unsaved.output and "writable path" in unsaved.output
+    assert not (no_models / "no-such-dir").exists()
+    kept = no_models / "kept.json"
+    later = runner.invoke(main, ["bench", "--json", str(kept), "--prompts", str(no_models / "none.jsonl")])
+    assert later.exit_code == 1 and "cannot read prompt file" in later.output
+    assert not kept.exists()  # the check's file is removed again
+    no_draft = runner.invoke(main, ["bench", "--no-draft"])
+    assert no_draft.exit_code == 1 and "needs a draft: drop --no-draft" in no_draft.output
 
 
 def test_no_chat_template_suggests_raw():

@@ -7,6 +7,7 @@ replies differently (e.g. dropping a <think> block).
 """
 from __future__ import annotations
 
+import re
 import signal
 import sys
 from typing import Callable, Iterator
@@ -72,14 +73,14 @@ class ChatSession:
         self.system = system
         self.progress = progress       # prefill progress callback (Engine.prefill), e.g. a terminal bar
         self.options = options         # Engine.stream options: max_new_tokens, mode, budget, top_k, ...
-        self.turns = 0
-        self.last = None               # Generation of the last reply
         self._glue: str | None = None   # template text after a reply, _PROBE_USER marks the message
         self.reset()
 
     def reset(self) -> None:
         self.messages: list[dict] = [{"role": "system", "content": self.system}] if self.system else []
         self.ids: list[int] = []       # the conversation so far, as tokens
+        self.turns = 0
+        self.last = None               # Generation of the last reply
         self.engine.reset()
 
     # --- prompt building -------------------------------------------------------------------
@@ -192,6 +193,9 @@ def _command(session: ChatSession, text: str, err) -> str | None:
         print(HELP, file=err, flush=True)
     elif word in ("/exit", "/quit"):
         return "exit"
+    elif re.fullmatch(r"/[a-z]+", text.lower()):
+        # a lone /word is a mistyped command far more often than a message (a path has more than one slash)
+        print(f"[unknown command {text}; {HELP}]", file=err, flush=True)
     else:
         return None
     return "done"

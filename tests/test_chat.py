@@ -103,8 +103,10 @@ def test_spec_session_matches_ar_session(engine):
 def test_reset_starts_over(engine):
     session = chat.ChatSession(engine, max_new_tokens=6, mode="ar")
     "".join(session.send("first"))
+    assert session.turns == 1 and session.last is not None
     session.reset()
     assert session.ids == [] and session.messages == []
+    assert session.turns == 0 and session.last is None  # /stats then says "no reply yet"
     "".join(session.send("first"))
     assert session.last.stats.prompt_tokens == len(session.ids) - len(session.last.tokens)
 
@@ -198,9 +200,10 @@ def test_repl_commands_and_eof():
             self.was_reset = True
 
     session = FakeSession()
-    err = run_repl(session, ["/help", "/stats", "/reset"])
+    err = run_repl(session, ["/help", "/stats", "/reset", "/rest"])
     assert "Ctrl+D exits" in err.getvalue() and "[no reply yet]" in err.getvalue()
     assert session.was_reset
+    assert "[unknown command /rest; /set NAME VALUE" in err.getvalue()  # not sent to the model (no send here)
 
 
 def test_set_changes_validated_sampling_settings(tiny_gguf, tmp_path):

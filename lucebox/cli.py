@@ -293,7 +293,15 @@ def _encode_prompt(tokenizer, text: str, system: str | None, raw: bool) -> list[
 
 
 def _read_prompt(argument, prompt, prompt_file) -> str:
-    """The prompt from the PROMPT argument, --prompt, --prompt-file or stdin (exactly one of them)."""
+    """The prompt from the PROMPT argument, --prompt, --prompt-file or stdin (exactly one of them); not blank
+    (the chat template would wrap an empty message and the model would answer nothing in particular)."""
+    text, source = _prompt_and_source(argument, prompt, prompt_file)
+    if not text.strip():
+        raise click.UsageError(f"the prompt {source} is empty; give some text")
+    return text
+
+
+def _prompt_and_source(argument, prompt, prompt_file) -> tuple[str, str]:
     given = [name for name, value in (("PROMPT", argument), ("--prompt", prompt), ("--prompt-file", prompt_file))
              if value is not None]
     if len(given) > 1:
@@ -302,12 +310,12 @@ def _read_prompt(argument, prompt, prompt_file) -> str:
     if prompt_file is not None:
         try:
             with open(prompt_file, encoding="utf-8") as f:
-                return f.read()
+                return f.read(), f"in {prompt_file}"
         except (OSError, UnicodeDecodeError) as e:
             raise click.ClickException(f"cannot read prompt file {prompt_file}: "
                                        f"{getattr(e, 'strerror', None) or e}") from None
     if prompt is not None:
-        return prompt
+        return prompt, "given with --prompt" if argument is None else "argument"
     if sys.stdin is None or sys.stdin.isatty():
         raise click.UsageError("no prompt: pass it as an argument (or --prompt TEXT), --prompt-file FILE, "
                                "or pipe text on stdin")
@@ -317,9 +325,7 @@ def _read_prompt(argument, prompt, prompt_file) -> str:
     except UnicodeDecodeError as e:
         raise click.ClickException(f"the prompt read from stdin is not UTF-8 (byte 0x{data[e.start]:02x} at "
                                    f"offset {e.start}); convert it, e.g. with iconv -t UTF-8") from None
-    if not text.strip():
-        raise click.UsageError("the prompt read from stdin is empty")
-    return text
+    return text, "read from stdin"
 
 
 # --- commands ------------------------------------------------------------------------------

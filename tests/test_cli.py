@@ -164,9 +164,16 @@ def test_prompt_given_twice_is_a_usage_error(no_models):
     assert result.exit_code == 2 and "not all three" in result.output
 
 
-def test_empty_stdin_is_a_usage_error(no_models):
+def test_a_blank_prompt_is_a_usage_error_from_every_source(no_models):
     result = CliRunner().invoke(main, ["run"], input="  \n")
-    assert result.exit_code == 2 and "stdin is empty" in result.output
+    assert result.exit_code == 2 and "the prompt read from stdin is empty" in result.output
+    blank = no_models / "blank.txt"
+    blank.write_text("\n\n")
+    for args, words in ((["run", ""], "prompt argument is empty"),
+                        (["run", "--prompt", "   "], "prompt given with --prompt is empty"),
+                        (["run", "--prompt-file", str(blank)], f"prompt in {blank} is empty")):
+        result = CliRunner().invoke(main, args)
+        assert result.exit_code == 2 and words in result.output, (args, result.output)
 
 
 def test_bench_bad_inputs(no_models):

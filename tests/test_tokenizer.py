@@ -103,6 +103,18 @@ def test_eos_ids(tok, tiny_gguf):
     assert len(set(tok.eos_ids)) == len(tok.eos_ids)
 
 
+@pytest.mark.parametrize("key", ["tokenizer.ggml.eos_token_id", "tokenizer.ggml.eot_token_id"])
+def test_an_end_of_sequence_id_outside_the_vocabulary_is_an_error(tiny_gguf, key):
+    from lucebox.gguf_meta import read_metadata
+    from lucebox.tokenizer import _KEYS
+
+    meta = read_metadata(tiny_gguf["f32"], _KEYS)
+    n = len(meta["tokenizer.ggml.tokens"])
+    with pytest.raises(TokenizerError, match=f"{key} = {n} is outside the vocabulary \\(0..{n - 1}\\)"):
+        Tokenizer({**meta, key: n}, source="x.gguf")  # ignoring it, replies would never end at EOS
+    assert Tokenizer({**meta, "tokenizer.ggml.padding_token_id": n}).pad_id is None  # no output depends on it
+
+
 def test_padding_rows_decode_to_nothing(tok, tiny_tokenizer):
     n_real = tiny_tokenizer.get_vocab_size()
     assert tok.vocab_size > n_real  # the tiny target pads its vocabulary like Qwen does

@@ -220,6 +220,7 @@ def test_bad_requests_get_400_json(live, body, words):
     assert r.status_code == 400
     err = r.json()["error"]
     assert words in err["message"] and err["type"] == "invalid_request_error"
+    assert err["param"] is None or not err["param"].isdigit()  # a parameter's name, never a body offset
     assert live.healthy()
 
 

@@ -87,6 +87,7 @@ def create_app(engine, config: ServeConfig | None = None) -> FastAPI:
         where = ".".join(str(p) for p in err.get("loc", ()) if p != "body")
         if err.get("type") == "json_invalid":
             message = f"the request body is not valid JSON ({err.get('ctx', {}).get('error', 'parse error')})"
+            where = ""  # its loc is the character offset, not a parameter
         elif err.get("type") == "extra_forbidden":
             message = f"unknown field {where!r}"
         else:

@@ -212,6 +212,8 @@ def test_anthropic_stream_equals_non_stream(live):
     (b'{"messages": [{"role": "user", "content": [{"type": "image_url"}]}]}', "text only"),
     (b'[1, 2]', "body"),
     (b'{"messages": [{"role": "user", "content": "hi"}], "temperature": NaN}', "finite number"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "max_tokens": true}', "max_tokens"),
+    (b'{"messages": [{"role": "user", "content": "hi"}], "seed": "5"}', "seed"),
     (b'{"messages": [{"role": "user", "content": "a \\ud800 b"}]}', "not valid Unicode"),  # a lone surrogate
 ])
 def test_bad_requests_get_400_json(live, body, words):

@@ -64,18 +64,18 @@ class CountRequest(BaseModel):
 
 
 class MessagesRequest(CountRequest):
-    max_tokens: int = Field(ge=1)
+    max_tokens: int = Field(ge=1, strict=True)
     stop_sequences: list[str] | None = None
     stream: bool = False
     temperature: float | None = Field(None, ge=0.0, le=10.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, strict=True)
     metadata: dict[str, Any] | None = None
     # lucebox extras (same meaning as on the OpenAI routes)
-    seed: int | None = None
+    seed: int | None = Field(None, strict=True)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
-    budget: int | None = Field(None, ge=1, le=MAX_TREE - 1)
+    budget: int | None = Field(None, ge=1, le=MAX_TREE - 1, strict=True)
     mode: Literal[MODES] | None = None  # type: ignore[valid-type]
 
     def stops(self) -> list[str]:

@@ -26,20 +26,21 @@ class Sampling(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # NaN, inf: "Input should be a finite number"
 
     model: str | None = None
-    max_tokens: int | None = Field(None, ge=1)
+    # integers strict: JSON true or "5" is a client bug, not a count of 1 or 5
+    max_tokens: int | None = Field(None, ge=1, strict=True)
     stop: str | list[str] | None = None
-    seed: int | None = Field(None, ge=-(2 ** 63), lt=2 ** 64)
+    seed: int | None = Field(None, ge=-(2 ** 63), lt=2 ** 64, strict=True)
     temperature: float | None = Field(None, ge=0.0, le=10.0)
     top_p: float | None = Field(None, gt=0.0, le=1.0)
-    top_k: int | None = Field(None, ge=0)
+    top_k: int | None = Field(None, ge=0, strict=True)
     min_p: float | None = Field(None, ge=0.0, le=1.0)
     presence_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     frequency_penalty: float | None = Field(None, ge=-2.0, le=2.0)
     repetition_penalty: float | None = Field(None, gt=0.0, le=10.0)
-    n: int | None = Field(None, ge=1)
+    n: int | None = Field(None, ge=1, strict=True)
     stream: bool = False
     stream_options: dict[str, Any] | None = None
-    budget: int | None = Field(None, ge=1, le=MAX_TREE - 1)
+    budget: int | None = Field(None, ge=1, le=MAX_TREE - 1, strict=True)
     mode: Literal[MODES] | None = None  # type: ignore[valid-type]
     # accepted, no effect here
     user: str | None = None
@@ -90,7 +91,7 @@ class Message(BaseModel):
 
 class ChatRequest(Sampling):
     messages: list[Message]
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1, strict=True)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None

@@ -52,7 +52,7 @@ def recommended_sampling(target) -> tuple[dict, str]:
     settings.update(found)
     source = "from the GGUF" if found else "Qwen's recommended"
     if ignored:
-        source += f"; ignored the GGUF's {', '.join(ignored)}: out of range"
+        source += f"; ignored the GGUF's {', '.join(ignored)}: values the engine refuses"
     return settings, source
 
 

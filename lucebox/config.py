@@ -199,7 +199,8 @@ class GenerationConfig:
             raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
         self.top_k = int(self.top_k)
         if self.seed is not None:
-            if isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral) or not 0 <= self.seed < 2 ** 64:
+            if (isinstance(self.seed, bool) or not isinstance(self.seed, numbers.Integral)
+                    or not 0 <= self.seed < 2 ** 64):
                 raise ValueError(f"seed must be an integer in [0, 2^64) or None, got {self.seed!r}")
             self.seed = int(self.seed)
 

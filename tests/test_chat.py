@@ -246,7 +246,7 @@ def test_recommended_sampling_reads_the_gguf(tiny_gguf, tmp_path):
     assert src is not None
     # values the engine would refuse are left out (and named), so chat still starts
     bad = tmp_path / "bad-sampling.gguf"
-    writer = gguf.GGUFWriter(bad, arch=read_metadata(tiny_gguf["f32"], keys=["general.architecture"])["general.architecture"])
+    writer = gguf.GGUFWriter(bad, arch=src.fields["general.architecture"].contents())
     writer.add_float32("general.sampling.temp", float("nan"))
     writer.add_int32("general.sampling.top_k", -5)
     writer.add_string("general.sampling.top_p", "high")
@@ -257,6 +257,7 @@ def test_recommended_sampling_reads_the_gguf(tiny_gguf, tmp_path):
     settings, source = chat.recommended_sampling(bad)
     assert settings == {"temperature": 0.6, "top_p": 0.95, "top_k": 20, "min_p": 0.1}
     assert source.startswith("from the GGUF; ignored the GGUF's general.sampling.temp = nan")
+    assert source.endswith(": values the engine refuses")
     assert "general.sampling.top_k = -5" in source and "general.sampling.top_p = 'high'" in source
 
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import secrets
 from bisect import bisect_left, bisect_right
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import lru_cache
 from itertools import accumulate
 from math import exp, log
@@ -217,6 +217,9 @@ class Sampler:
         processing = gen.processing()
         if processing.is_plain_greedy:
             return None
+        if processing.top_k >= info["n_vocab"]:
+            # a top-k that keeps the whole vocabulary is no filter: the same draws as top-k 0 for a seed
+            processing = replace(processing, top_k=0)
         seed = gen.seed if gen.seed is not None else fresh_seed()
         return cls(processing, seed, n_candidates=SAMPLING_CANDIDATES, penalty_last_n=PENALTY_LAST_N,
                    max_rows=info["max_tree"], n_vocab=info["n_vocab"])

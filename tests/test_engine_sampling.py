@@ -77,6 +77,14 @@ def test_different_seeds_differ_and_no_seed_is_fresh(engine, prompt):
     assert engine.generate(prompt, 32, temperature=1.0, seed=a.seed, ignore_eos=True).tokens == a.tokens
 
 
+def test_a_top_k_of_the_whole_vocabulary_is_no_top_k(engine, prompt):
+    n_vocab = engine.info["n_vocab"]
+    # a flat distribution, so draws land past the candidates (where the two paths order the row differently)
+    off = engine.generate(prompt, 24, temperature=20.0, seed=5, ignore_eos=True).tokens
+    for top_k in (n_vocab, 10 * n_vocab):
+        assert engine.generate(prompt, 24, temperature=20.0, top_k=top_k, seed=5, ignore_eos=True).tokens == off
+
+
 def test_cached_prompt_is_resampled_and_greedy_reuses_the_argmax(engine, prompt):
     engine.reset()
     greedy = engine.generate(prompt, 24, mode="ar", ignore_eos=True)

@@ -87,21 +87,21 @@ class Tokenizer:
         self._hf = _build_hf(self.tokens, self.token_types, meta.get("tokenizer.ggml.merges") or [], pre)
         self._bytes: dict[int, bytes] = {}
 
-        def token_id(key, stops: bool = False):
+        def token_id(key, ends_replies: bool = False):
             v = meta.get(key)
             if v is not None and not 0 <= int(v) < n:
-                if stops:  # ignored, a reply would never end at end-of-sequence: silently wrong output
+                if ends_replies:  # ignored, a reply would never end at end-of-sequence: silently wrong output
                     raise TokenizerError(f"{source}: {key} = {int(v)} is outside the vocabulary (0..{n - 1}); "
                                          "fix the GGUF's metadata (gguf_set_metadata.py) or convert it again")
                 return None
             return None if v is None else int(v)
 
         self.bos_id = token_id("tokenizer.ggml.bos_token_id")
-        self.eos_id = token_id("tokenizer.ggml.eos_token_id", stops=True)
+        self.eos_id = token_id("tokenizer.ggml.eos_token_id", ends_replies=True)
         self.pad_id = token_id("tokenizer.ggml.padding_token_id")
         self.add_bos = bool(meta.get("tokenizer.ggml.add_bos_token", False)) and self.bos_id is not None
-        stops = [self.eos_id, token_id("tokenizer.ggml.eot_token_id", stops=True),
-                 token_id("tokenizer.ggml.eom_token_id", stops=True)]
+        stops = [self.eos_id, token_id("tokenizer.ggml.eot_token_id", ends_replies=True),
+                 token_id("tokenizer.ggml.eom_token_id", ends_replies=True)]
         stops += [self._hf.token_to_id(t) for t in _STOP_TEXTS]
         self.eos_ids: tuple[int, ...] = tuple(dict.fromkeys(i for i in stops if i is not None))
         self.chat_template: str | None = meta.get("tokenizer.chat_template")

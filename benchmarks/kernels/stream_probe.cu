@@ -17,8 +17,12 @@ constexpr int kStages = 3;
 // Block b streams units [b * units / workers, (b + 1) * units / workers) of the matrix; a unit is `rows` rows x `run`
 // bytes (rows x run = kStageBytes), taken row tile by row tile, each tile's runs in k order (lbq's walk).
 // rows == 0: the matrix stored unit by unit (unit u at u * kStageBytes).
+// slot > 0 (by unit only): each row's 144 bytes at slot-byte strides in the stage, and stages stage_bytes apart, as lbq
+// laid its Q4_K stage out until patch 0050 (160-byte slots; its stage holds the activations too). The gaps cost the
+// stream 20-24% (thirty-sixth session), which is why lbq's Q4_K stage is unpadded now.
 __global__ void __launch_bounds__(kThreads, 2) stream(const uint8_t * __restrict__ w, int64_t row_bytes, int m_rows,
-                                                      int rows, int run, int workers, unsigned * out) {
+                                                      int rows, int run, int workers, unsigned * out, int slot = 0,
+                                                      int stage_bytes = kStageBytes) {
     const bool by_unit = rows == 0;
     if (by_unit) {
         rows = 128;
@@ -35,7 +39,8 @@ __global__ void __launch_bounds__(kThreads, 2) stream(const uint8_t * __restrict
         for (int i = threadIdx.x; i < n_pieces; i += kThreads) {
             const int row = i / pieces_per_row, piece = i % pieces_per_row;
             const uint8_t * src = by_unit ? w + u * kStageBytes + 16 * i : base + row * row_bytes + 16 * piece;
-            cp_async16(smem + st * kStageBytes + 16 * i, src);
+            const int dst = slot ? (i / 9) * slot + 16 * (i % 9) : 16 * i;
+            cp_async16(smem + st * stage_bytes + dst, src);
         }
     };
     for (int i = 0; i < kStages - 1; ++i) {
@@ -49,14 +54,24 @@ __global__ void __launch_bounds__(kThreads, 2) stream(const uint8_t * __restrict
         const int64_t next = u + kStages - 1;
         if (next < u1) load(next, int(next % kStages));
         cp_commit();
-        const uint4 * s = reinterpret_cast<const uint4 *>(smem + (u % kStages) * kStageBytes);
+        const uint8_t * sb = smem + (u % kStages) * stage_bytes;
         for (int i = threadIdx.x; i < n_pieces; i += kThreads) {
-            const uint4 v = s[i];
+            const uint4 v = *reinterpret_cast<const uint4 *>(sb + (slot ? (i / 9) * slot + 16 * (i % 9) : 16 * i));
             sum ^= v.x ^ v.y ^ v.z ^ v.w;
         }
     }
     cp_wait<0>();
     if (sum == 0x12345678u) out[blockIdx.x * kThreads + threadIdx.x] = sum;  // keeps the reads; never true in practice
+}
+
+// Bytes of a hash of their index: data with as many toggling bits as quantized weights have (STREAM_PROBE_RANDOM=1;
+// the thirty-sixth session found the same rates as over a memset's constant bytes).
+__global__ void fill_random(uint32_t * p, int64_t n) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+        uint32_t h = uint32_t(i) * 2654435761u ^ uint32_t(i >> 32);
+        h ^= h >> 15; h *= 2246822519u; h ^= h >> 13; h *= 3266489917u; h ^= h >> 16;
+        p[i] = h;
+    }
 }
 
 __global__ void copy_kernel(const int4 * __restrict__ a, int4 * __restrict__ b, int64_t n) {
@@ -90,7 +105,15 @@ int main() {
     const int64_t big = int64_t(1) << 30;
     uint8_t * w; CHECK(cudaMalloc(&w, size_t(big)));
     uint8_t * w2; CHECK(cudaMalloc(&w2, size_t(big)));
-    CHECK(cudaMemset(w, 1, size_t(big)));
+    // STREAM_PROBE_RANDOM=1: the matrix (and the copy's source) random bytes instead of a memset's ones
+    const char * rnd = std::getenv("STREAM_PROBE_RANDOM");
+    if (rnd && std::atoi(rnd) != 0) {
+        fill_random<<<4 * n_sm, 512>>>(reinterpret_cast<uint32_t *>(w), big / 4);
+        CHECK(cudaDeviceSynchronize());
+        std::printf("data: random bytes\n");
+    } else {
+        CHECK(cudaMemset(w, 1, size_t(big)));
+    }
     unsigned * out; CHECK(cudaMalloc(&out, size_t(4 * n_sm) * kThreads * sizeof(unsigned)));
     const float copy_ms = best_ms([&] {
         copy_kernel<<<4 * n_sm, 512>>>(reinterpret_cast<const int4 *>(w), reinterpret_cast<int4 *>(w2), big / 32);
@@ -116,6 +139,20 @@ int main() {
             else std::snprintf(unit, sizeof unit, "units stored contiguous");
             std::printf("stream %-24s %-24s: %8.1f us  %6.0f GB/s  (%.0f%% of copy)\n", sh.name, unit, ms * 1e3, gbs,
                         100.0 * gbs / copy_gbs);
+        }
+        // stored by unit in lbq's old stage layout: rows at 160-byte slots, then also with 2,208 bytes more a stage (an
+        // int8 candidate's activations, branch wip/lbq-int8; not copied: only the footprint)
+        for (int extra : {0, 2208}) {
+            const int stage_bytes = 128 * 160 + extra;
+            CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, kStages * stage_bytes));
+            const float ms = best_ms([&] {
+                stream<<<2 * n_sm, kThreads, kStages * stage_bytes>>>(w, sh.row_bytes, sh.m, 0, 0, 2 * n_sm, out, 160,
+                                                                       stage_bytes);
+            }, flush, flush_bytes);
+            CHECK(cudaGetLastError());
+            const double gbs = double(sh.m) * sh.row_bytes / (ms * 1e-3) / 1e9;
+            std::printf("stream %-24s by unit, 160-byte slots, %5d-byte stages: %8.1f us  %6.0f GB/s  (%.0f%% of copy)\n",
+                        sh.name, stage_bytes, ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
         }
     }
     return 0;

@@ -13,6 +13,7 @@
 constexpr int kThreads = 128;
 constexpr int kStageBytes = 128 * 144;  // lbq's Q4_K stage: 128 rows x one super-block
 constexpr int kStages = 3;
+constexpr int kRowPieces = kStageBytes / 128 / 16;  // 16-byte pieces of a unit's row by unit (a Q4_K block: 9)
 
 // Block b streams units [b * units / workers, (b + 1) * units / workers) of the matrix; a unit is `rows` rows x `run`
 // bytes (rows x run = kStageBytes), taken row tile by row tile, each tile's runs in k order (lbq's walk).
@@ -33,14 +34,15 @@ __global__ void __launch_bounds__(kThreads, 2) stream(const uint8_t * __restrict
     const int64_t units = int64_t(tiles) * runs_per_row;
     const int64_t u0 = blockIdx.x * units / workers, u1 = (blockIdx.x + 1) * units / workers;
     const int pieces_per_row = run / 16, n_pieces = kStageBytes / 16;
+    // where piece i of a unit sits in its stage: in order, or (slot) a row's 144 bytes to a slot
+    auto stage_offset = [&](int i) { return slot ? (i / kRowPieces) * slot + 16 * (i % kRowPieces) : 16 * i; };
     auto load = [&](int64_t u, int st) {
         const int64_t tile = u / runs_per_row, r = u % runs_per_row;
         const uint8_t * base = w + tile * rows * row_bytes + r * run;
         for (int i = threadIdx.x; i < n_pieces; i += kThreads) {
             const int row = i / pieces_per_row, piece = i % pieces_per_row;
             const uint8_t * src = by_unit ? w + u * kStageBytes + 16 * i : base + row * row_bytes + 16 * piece;
-            const int dst = slot ? (i / 9) * slot + 16 * (i % 9) : 16 * i;
-            cp_async16(smem + st * stage_bytes + dst, src);
+            cp_async16(smem + st * stage_bytes + stage_offset(i), src);
         }
     };
     for (int i = 0; i < kStages - 1; ++i) {
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 2) stream(const uint8_t * __restrict
         cp_commit();
         const uint8_t * sb = smem + (u % kStages) * stage_bytes;
         for (int i = threadIdx.x; i < n_pieces; i += kThreads) {
-            const uint4 v = *reinterpret_cast<const uint4 *>(sb + (slot ? (i / 9) * slot + 16 * (i % 9) : 16 * i));
+            const uint4 v = *reinterpret_cast<const uint4 *>(sb + stage_offset(i));
             sum ^= v.x ^ v.y ^ v.z ^ v.w;
         }
     }
@@ -142,12 +144,13 @@ int main() {
         }
         // stored by unit in lbq's old stage layout: rows at 160-byte slots, then also with 2,208 bytes more a stage (an
         // int8 candidate's activations, branch wip/lbq-int8; not copied: only the footprint)
+        constexpr int kOldSlot = 160;
         for (int extra : {0, 2208}) {
-            const int stage_bytes = 128 * 160 + extra;
+            const int stage_bytes = 128 * kOldSlot + extra;
             CHECK(cudaFuncSetAttribute(stream, cudaFuncAttributeMaxDynamicSharedMemorySize, kStages * stage_bytes));
             const float ms = best_ms([&] {
-                stream<<<2 * n_sm, kThreads, kStages * stage_bytes>>>(w, sh.row_bytes, sh.m, 0, 0, 2 * n_sm, out, 160,
-                                                                       stage_bytes);
+                stream<<<2 * n_sm, kThreads, kStages * stage_bytes>>>(w, sh.row_bytes, sh.m, 0, 0, 2 * n_sm, out,
+                                                                       kOldSlot, stage_bytes);
             }, flush, flush_bytes);
             CHECK(cudaGetLastError());
             const double gbs = double(sh.m) * sh.row_bytes / (ms * 1e-3) / 1e9;

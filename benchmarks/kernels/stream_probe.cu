@@ -154,7 +154,7 @@ int main() {
             }, flush, flush_bytes);
             CHECK(cudaGetLastError());
             const double gbs = double(sh.m) * sh.row_bytes / (ms * 1e-3) / 1e9;
-            std::printf("stream %-24s by unit, %d-byte slots, %5d-byte stages: %8.1f us  %6.0f GB/s  (%.0f%% of copy)\n",
+            std::printf("stream %-24s by unit, %d-byte slots, %5d-byte stages: %8.1f us %6.0f GB/s (%.0f%% of copy)\n",
                         sh.name, kOldSlot, stage_bytes, ms * 1e3, gbs, 100.0 * gbs / copy_gbs);
         }
     }

@@ -79,8 +79,9 @@ stage_test() {
 
 # the standalone checker of lbq's kernels (it includes them from the materialized tree; nothing is linked)
 build_lbq_check() {
-    nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src -I vendor/src/ggml/src/ggml-cuda \
-        benchmarks/kernels/lbq_check.cu -o "$WORK/lbq_check"
+    # -use_fast_math as ggml-cuda's kernels build (the SwiGLU values' expf and division round as the library's)
+    nvcc -O3 -arch=sm_90 -std=c++17 -use_fast_math -I vendor/src/ggml/include -I vendor/src/ggml/src \
+        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o "$WORK/lbq_check"
 }
 
 # Whether Hopper's warpgroup MMA rounds as mma.sync does, and its speed against mma.sync (standalone, sm_90a)

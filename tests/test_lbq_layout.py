@@ -1,11 +1,9 @@
 """The target's Q4_K / Q6_K matrices stored for the GPU's product kernel (patch 0049: each row tile's
 super-block contiguous, ggml_backend_cuda_lbq_store_by_unit at load) give the logits of ggml's row order
-bit for bit, at one column (an AR step's product) and at many (a prefill's); and a SwiGLU read by the product
-after it (patch 0051: the FFN's and the delta net's output gate, no GLU kernel) gives the logits of the GLU
-run apart.
+bit for bit, at one column (an AR step's product) and at many (a prefill's).
 
-Oracle: the same engine with the matrices left in ggml's order (GGML_CUDA_LBQ_BY_UNIT=0), or the GLU apart
-(GGML_CUDA_FUSE_GLU_LBQ=0); each switch is read once per process, hence a process per setting. Target: a small random Q4_K_M GGUF from benchmarks/synth_target.py
+Oracle: the same engine with the matrices left in ggml's order (GGML_CUDA_LBQ_BY_UNIT=0, read once per
+process, hence a process per setting; run_with also serves tests/test_cuda_fusions.py). Target: a small random Q4_K_M GGUF from benchmarks/synth_target.py
 (the tiny test models hold no K-quants). CUDA only (LUCEBOX_TEST_BACKEND=cuda): the CPU keeps ggml's order.
 """
 from __future__ import annotations
@@ -59,12 +57,9 @@ def k_quant_target(tmp_path_factory) -> Path:
 STORED = re.compile(r"target: (\d+) matrices stored in the GPU product kernel's order")
 
 
-FUSED_GLU = "a SwiGLU read by the product after it"
-
-
-def run_with(target: Path, out: Path, by_unit: bool = True, fuse_glu: bool = True) -> tuple[np.ndarray, str]:
-    """-> (the logits, the run's log)."""
-    env = dict(os.environ, GGML_CUDA_LBQ_BY_UNIT="1" if by_unit else "0", GGML_CUDA_FUSE_GLU_LBQ="1" if fuse_glu else "0")
+def run_with(target: Path, out: Path, by_unit: bool = True, **env_switches: str) -> tuple[np.ndarray, str]:
+    """-> (the logits, the run's log); env_switches: more environment for the run."""
+    env = dict(os.environ, GGML_CUDA_LBQ_BY_UNIT="1" if by_unit else "0", **env_switches)
     run = subprocess.run([sys.executable, "-c", RUN, str(target), str(out)], env=env, cwd=ROOT, timeout=300,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
@@ -88,12 +83,3 @@ def test_matrices_stored_by_unit_give_the_same_logits(k_quant_target, tmp_path):
     assert np.isfinite(want).all() and np.abs(want).max() > 0
     np.testing.assert_array_equal(want[0], want[1])  # one column == 40 columns, each way
     np.testing.assert_array_equal(got, want)
-
-
-def test_swiglu_read_by_the_product_gives_the_same_logits(k_quant_target, tmp_path):
-    want, log_apart = run_with(k_quant_target, tmp_path / "apart.npy", fuse_glu=False)
-    got, log_fused = run_with(k_quant_target, tmp_path / "fused.npy")
-    assert FUSED_GLU not in log_apart
-    assert FUSED_GLU in log_fused, "no SwiGLU was read by its product"
-    assert np.isfinite(want).all() and np.abs(want).max() > 0
-    np.testing.assert_array_equal(got, want)  # one-column steps (the fused launch) and 40 columns (prepare_x)

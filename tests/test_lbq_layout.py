@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda"
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# One process: a 40-token prompt fed one token a call (one-column products) and again in one call (40 columns).
+# One process: a 40-token prompt fed one token a call (one-column products), in one call (40 columns) and in calls of
+# 8 tokens (short prefills: the fused conv window's several tokens, the products' one-kernel launch of 5..8 columns).
 RUN = """
 import sys
 import numpy as np
@@ -30,7 +31,7 @@ from lucebox._native import Handle
 target, out = sys.argv[1], sys.argv[2]
 prompt = np.random.default_rng(5).integers(0, 2000, 40).astype(np.int32)
 rows = []
-for splits in ([1] * 40, [40]):
+for splits in ([1] * 40, [40], [8] * 5):
     with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="info") as h:
         logits = np.zeros((prompt.size, h.info()["n_vocab"]), np.float32)
         at = 0
@@ -81,5 +82,6 @@ def test_matrices_stored_by_unit_give_the_same_logits(k_quant_target, tmp_path):
     # projection, and the head
     assert stored >= 4 * 4 + 1, f"only {stored} matrices stored by unit"
     assert np.isfinite(want).all() and np.abs(want).max() > 0
-    np.testing.assert_array_equal(want[0], want[1])  # one column == 40 columns, each way
+    np.testing.assert_array_equal(want[0], want[1])  # one column == 40 columns == 8 at a time, each way
+    np.testing.assert_array_equal(want[0], want[2])
     np.testing.assert_array_equal(got, want)

@@ -1,7 +1,9 @@
 """ggml-cuda fusions lucebox adds for its graphs give the logits of the ops run apart, bit for bit, and run:
 - a SwiGLU read by the product after it (patch 0051: the FFN's and the delta net's output gate; no GLU kernel),
 - a delta net's conv reading its window and writing the next in place (patch 0052: no concat, no copy),
-  computing the l2 norm of q and k after it (no norm kernel) and the layer's gates before it (no gates kernel).
+  computing the l2 norm of q and k after it (no norm kernel) and the layer's gates before it (no gates kernel),
+- an attention layer's q / k norm with its multi-section rope (patch 0053: no rope kernel; K's rows straight into
+  an f16 cache, no set_rows kernel).
 
 Oracle: the same engine with the fusion off (its GGML_CUDA_FUSE_* switch, read once per process, hence a process
 per setting), on the small random Q4_K_M target of tests/test_lbq_layout.py (one-token steps, then 40 tokens in one
@@ -24,6 +26,7 @@ FUSIONS = {
     "GGML_CUDA_FUSE_CONV_WINDOW": "a conv read its window and wrote the next",
     "GGML_CUDA_FUSE_CONV_L2": "a conv's l2 norm in the conv",
     "GGML_CUDA_FUSE_CONV_GATES": "a delta net's gates in its conv",
+    "GGML_CUDA_FUSE_NORM_MROPE": "a norm and its multi-section rope in one kernel",
 }
 
 

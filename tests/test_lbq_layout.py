@@ -32,7 +32,7 @@ target, out = sys.argv[1], sys.argv[2]
 prompt = np.random.default_rng(5).integers(0, 2000, 40).astype(np.int32)
 rows = []
 for splits in ([1] * 40, [40], [8] * 5):
-    with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="info") as h:
+    with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="debug") as h:
         logits = np.zeros((prompt.size, h.info()["n_vocab"]), np.float32)
         at = 0
         for size in splits:

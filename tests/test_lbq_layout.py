@@ -3,7 +3,7 @@ super-block contiguous, ggml_backend_cuda_lbq_store_by_unit at load) give the lo
 bit for bit, at one column (an AR step's product) and at many (a prefill's).
 
 Oracle: the same engine with the matrices left in ggml's order (GGML_CUDA_LBQ_BY_UNIT=0, read once per
-process, hence a process per setting). Target: a small random Q4_K_M GGUF from benchmarks/synth_target.py
+process, hence a process per setting; run_with also serves tests/test_cuda_fusions.py). Target: a small random Q4_K_M GGUF from benchmarks/synth_target.py
 (the tiny test models hold no K-quants). CUDA only (LUCEBOX_TEST_BACKEND=cuda): the CPU keeps ggml's order.
 """
 from __future__ import annotations
@@ -22,7 +22,8 @@ pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda"
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# One process: a 40-token prompt fed one token a call (one-column products) and again in one call (40 columns).
+# One process: a 40-token prompt fed one token a call (one-column products), in one call (40 columns) and in calls of
+# 8 tokens (short prefills: the fused conv window's several tokens, the products' one-kernel launch of 5..8 columns).
 RUN = """
 import sys
 import numpy as np
@@ -30,8 +31,8 @@ from lucebox._native import Handle
 target, out = sys.argv[1], sys.argv[2]
 prompt = np.random.default_rng(5).integers(0, 2000, 40).astype(np.int32)
 rows = []
-for splits in ([1] * 40, [40]):
-    with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="info") as h:
+for splits in ([1] * 40, [40], [8] * 5):
+    with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="debug") as h:
         logits = np.zeros((prompt.size, h.info()["n_vocab"]), np.float32)
         at = 0
         for size in splits:
@@ -57,14 +58,20 @@ def k_quant_target(tmp_path_factory) -> Path:
 STORED = re.compile(r"target: (\d+) matrices stored in the GPU product kernel's order")
 
 
-def logits_with(target: Path, out: Path, by_unit: bool) -> tuple[np.ndarray, int]:
-    """-> (the logits, how many matrices the load stored by unit, from its log)."""
-    env = dict(os.environ, GGML_CUDA_LBQ_BY_UNIT="1" if by_unit else "0")
+def run_with(target: Path, out: Path, by_unit: bool = True, **env_switches: str) -> tuple[np.ndarray, str]:
+    """-> (the logits, the run's log); env_switches: more environment for the run."""
+    env = dict(os.environ, GGML_CUDA_LBQ_BY_UNIT="1" if by_unit else "0", **env_switches)
     run = subprocess.run([sys.executable, "-c", RUN, str(target), str(out)], env=env, cwd=ROOT, timeout=300,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
-    stored = [int(m.group(1)) for m in STORED.finditer(run.stderr)]  # one line a load (two loads)
-    return np.load(out), max(stored, default=0)
+    return np.load(out), run.stderr
+
+
+def logits_with(target: Path, out: Path, by_unit: bool) -> tuple[np.ndarray, int]:
+    """-> (the logits, how many matrices the load stored by unit, from its log)."""
+    logits, log = run_with(target, out, by_unit=by_unit)
+    stored = [int(m.group(1)) for m in STORED.finditer(log)]  # one line a load (two loads)
+    return logits, max(stored, default=0)
 
 
 def test_matrices_stored_by_unit_give_the_same_logits(k_quant_target, tmp_path):
@@ -75,5 +82,6 @@ def test_matrices_stored_by_unit_give_the_same_logits(k_quant_target, tmp_path):
     # projection, and the head
     assert stored >= 4 * 4 + 1, f"only {stored} matrices stored by unit"
     assert np.isfinite(want).all() and np.abs(want).max() > 0
-    np.testing.assert_array_equal(want[0], want[1])  # one column == 40 columns, each way
+    np.testing.assert_array_equal(want[0], want[1])  # one column == 40 columns == 8 at a time, each way
+    np.testing.assert_array_equal(want[0], want[2])
     np.testing.assert_array_equal(got, want)

@@ -68,7 +68,8 @@ stage_test() {
         tests/test_prefill_chunks.py tests/test_memory_plan.py tests/test_default_pair.py tests/test_engine_sampling.py
         tests/test_state.py tests/test_sampling.py tests/test_sample_draw.py tests/test_penalty_window.py
         tests/test_tree_ops.py tests/test_target.py
-        tests/test_native_errors.py tests/test_draft.py tests/test_mask_stage.py tests/test_lbq_layout.py"}
+        tests/test_native_errors.py tests/test_draft.py tests/test_mask_stage.py tests/test_lbq_layout.py
+        tests/test_cuda_fusions.py"}
     # shellcheck disable=SC2086
     export LUCEBOX_TEST_CACHE="$WORK/tiny-models"  # the tiny random models, shared with backend_diff
     timeout "${LUCEBOX_TEST_TIMEOUT:-300}" python3 -m pytest -q -rf $tests 2>&1 | tee "$OUT/tests.log" \
@@ -79,8 +80,9 @@ stage_test() {
 
 # the standalone checker of lbq's kernels (it includes them from the materialized tree; nothing is linked)
 build_lbq_check() {
-    nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src -I vendor/src/ggml/src/ggml-cuda \
-        benchmarks/kernels/lbq_check.cu -o "$WORK/lbq_check"
+    # -use_fast_math as ggml-cuda's kernels build (the SwiGLU values' expf and division round as the library's)
+    nvcc -O3 -arch=sm_90 -std=c++17 -use_fast_math -I vendor/src/ggml/include -I vendor/src/ggml/src \
+        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o "$WORK/lbq_check"
 }
 
 # Whether Hopper's warpgroup MMA rounds as mma.sync does, and its speed against mma.sync (standalone, sm_90a)

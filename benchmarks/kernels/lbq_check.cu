@@ -3,9 +3,11 @@
 // reference, batch invariance (a column computes to the same bits alone and in a batch), and weight
 // bandwidth at decode shapes. Correctness runs with k split 1..3, with k cut where 7 and 2 x tiles + 1 even worker
 // ranges of the matrix's units cross its row tiles, and with the shape's own plan; launches of at most
-// 8 columns run both ways (fused: one kernel; separate: prepare_x, gemm, reduce_splits) and must agree bit for bit.
-//   nvcc -O3 -arch=sm_90 -std=c++17 -I vendor/src/ggml/include -I vendor/src/ggml/src \
+// 8 columns run both ways (fused: one kernel; separate: prepare_x, gemm, reduce_splits) and must agree bit for bit;
+// a SwiGLU input (lbq::Ups) gives the bits of its values formed apart (check_glu).
+//   nvcc -O3 -arch=sm_90 -std=c++17 -use_fast_math -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
+// (-use_fast_math as ggml-cuda builds its kernels: the SwiGLU values' expf and division round as the library's)
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
 //   lbq_check [check | chain | decode | engine | profile | profile_prefill | trace]: the checks only, the layer chains only,
 //   the decode shapes' benches at 1 and 23 columns and the chains, the 27B's shapes against the other plan and back
@@ -319,6 +321,69 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     return bad;
 }
 
+// The SwiGLU values as ggml's swiglu kernel forms them (unary_gated_op_kernel: op_silu(gate) * up), one a thread.
+__global__ void glu_apart(const float * gate, int64_t ldg, const float * up, int64_t ldu, int64_t kl, int n, float * x) {
+    const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i < kl * n) x[i] = ggml_cuda_op_silu_single(gate[(i / kl) * ldg + i % kl]) * up[(i / kl) * ldu + i % kl];
+}
+
+// A product of SwiGLU activations (lbq::launch's `up`: the gates in x, the ups apart) against the GLU's values
+// formed apart (glu_apart) and multiplied as plain activations: bit for bit, through the fused launch (at most
+// kFusedMaxN / 2 columns), prepare_x (more columns, or gates not 16-byte aligned) and the plan's k splits. The gates
+// sit in a wider matrix (a view's row stride, as lucebox's delta net gate z), the ups in their own.
+static int check_glu(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
+    const int64_t row_bytes = packed_row_bytes(k, kl), ldg = kl + 8, ldu = kl;
+    const std::vector<uint8_t> w = random_blocks(k, m, kl, rng);
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    std::vector<float> gate(size_t(kCheckN * ldg + 1)), up(size_t(kCheckN * ldu));
+    for (auto & v : gate) v = nd(rng);
+    for (auto & v : up) v = nd(rng);
+    Dev d;
+    float * g_d, * u_d;
+    CK(cudaMalloc(&d.w, w.size())); CK(cudaMalloc(&d.x, size_t(kCheckN * kl * 4))); CK(cudaMalloc(&d.y, size_t(kCheckN * m * 4)));
+    CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), kCheckN) * 2));
+    CK(cudaMalloc(&g_d, gate.size() * 4)); CK(cudaMalloc(&u_d, up.size() * 4));
+    d.tickets = alloc_tickets();
+    CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(g_d, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(u_d, up.data(), up.size() * 4, cudaMemcpyHostToDevice));
+    int bad = 0;
+    const lbq::Plan plans[2] = {lbq::plan(int(m), int(kl), g_n_sm), lbq::uniform_plan(int(m), int(kl), std::min(3, int(kl / 256)))};
+    for (const lbq::Plan & plan : plans) {
+        d.part = alloc_part(plan, m, kCheckN);
+        for (int shift : {0, 1}) {  // 1: gates one float past 16-byte alignment (no fused launch)
+            const float * gs = g_d + shift;
+            for (int n : {1, 2, 4, 5, 8, 9, 23, 33, 96}) {
+                std::vector<float> y_apart(size_t(n * m)), y_glu(y_apart.size());
+                glu_apart<<<unsigned((kl * n + 255) / 256), 256>>>(gs, ldg, u_d, ldu, kl, n, d.x);
+                CK(cudaGetLastError());
+                CK(cudaMemset(d.y, 0xff, size_t(n * m * 4)));
+                run(k, plan, d, m, kl, n, row_bytes, true);
+                CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(y_apart.data(), d.y, y_apart.size() * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemset(d.y, 0xff, size_t(n * m * 4)));
+                if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(plan, d.w, row_bytes, int(m), int(kl), gs, ldg, n, d.xp, d.part,
+                                                             d.tickets, d.y, m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
+                else lbq::launch<Kind::Q6_K>(plan, d.w, row_bytes, int(m), int(kl), gs, ldg, n, d.xp, d.part, d.tickets, d.y,
+                                             m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
+                CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(y_glu.data(), d.y, y_glu.size() * 4, cudaMemcpyDeviceToHost));
+                const bool fused = lbq::fused(gs, ldg, int(m), n, d.tickets, lbq::Ups{u_d, ldu});
+                const bool ok = std::memcmp(y_apart.data(), y_glu.data(), y_glu.size() * 4) == 0;
+                bad += !ok;
+                std::printf("check glu %s m=%lld k=%lld %s gates+%d n=%2d (%s): SwiGLU inside == apart: %s\n",
+                            k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, plan_label(plan).c_str(), shift,
+                            n, fused ? "fused" : "prepare_x", ok ? "ok" : "FAIL");
+            }
+        }
+        cudaFree(d.part);
+        d.part = nullptr;
+    }
+    cudaFree(g_d); cudaFree(u_d);
+    free_dev(d);
+    return bad;
+}
+
 // Buffers for timing an m x kl product of up to n columns with the shape's own plan: random weights (512 rows
 // repeated), zero activations.
 static Dev timing_dev(Kind k, int64_t m, int64_t kl, const lbq::Plan & plan, std::mt19937 & rng, int n = 32) {
@@ -603,8 +668,10 @@ static void trace_report(const std::vector<TraceRec> & recs) {
 // wherever the real graph has ops in between, over 8 copies of the weights (1.2 GB, past L2). `fused` runs
 // the products that share an input as one taller matrix (qkv|z|beta|alpha, gate|up), `one_kernel` lets
 // launches of at most 8 columns run as one kernel. All Q4_K. `trace`: one more run recorded through the hooks and
-// reported by trace_report.
-static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, bool trace = false, bool unit = false) {
+// reported by trace_report. `glu` (stacked only): the ffn down product reads gate|up's output as a SwiGLU input
+// (lbq::Ups, patch 0051) instead of a glue kernel's output.
+static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, bool trace = false, bool unit = false,
+                        bool glu = false) {
     const int n_layers = 8;
     struct Prod { int64_t m, k; int in, out; };  // in/out: activation buffer 0 (5120), 1 (6144), 2 (17408)
     static const Prod kFused[] = {{16480, 5120, 0, 1}, {5120, 6144, 1, 0}, {34816, 5120, 0, 2}, {5120, 17408, 2, 0}};
@@ -637,9 +704,13 @@ static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, 
         for (int l = 0; l < n_layers; ++l)
             for (const Prod & p : layer) {
                 const int64_t row_bytes = unit ? lbq::kByUnit : packed_row_bytes(Kind::Q4_K, p.k);
-                lbq::launch<Kind::Q4_K>(plans[i], ws[i], row_bytes, int(p.m), int(p.k), xs[p.in], p.k, n, xp, part,
-                                        tickets, ys[i], p.m, g_smem_limit, st);
-                if (p.out >= 0) {
+                const bool reads_glu = glu && fused && p.in == 2;  // ffn down after gate|up (ys[i - 1]: gates, ups)
+                const float * x = reads_glu ? ys[i - 1] : xs[p.in];
+                const int64_t ldx = reads_glu ? 2 * p.k : p.k;
+                const lbq::Ups ups{reads_glu ? ys[i - 1] + p.k : nullptr, ldx};
+                lbq::launch<Kind::Q4_K>(plans[i], ws[i], row_bytes, int(p.m), int(p.k), x, ldx, n, xp, part, tickets, ys[i],
+                                        p.m, g_smem_limit, st, ups);
+                if (p.out >= 0 && !(glu && fused && p.out == 2)) {
                     ggml_cuda_kernel_launch(glue, ggml_cuda_kernel_launch_params(dim3((ks[p.out] + 255) / 256, n), dim3(256), 0, st),
                                             static_cast<const float *>(ys[i]), p.m, xs[p.out], ks[p.out], n);
                 }
@@ -676,10 +747,11 @@ static void chain_bench(bool fused, int n, bool one_kernel, bool waves = false, 
         std::printf("trace of the chain below:\n");
         trace_report(recs);
     }
-    std::printf("chain n=%2d %s%s %s%s (dependent launch %s): %zu products, %.1f us per layer, %.0f GB/s of "
+    std::printf("chain n=%2d %s%s %s%s%s (dependent launch %s): %zu products, %.1f us per layer, %.0f GB/s of "
                 "weights\n", n, fused ? "stacked  " : "separate ",
                 n > lbq::kFusedMaxN ? "" : one_kernel ? "one kernel   " : "three kernels",
-                waves ? "wave_plan" : "slot_plan", unit ? ", by unit" : "", pdl ? "on" : "off", ws.size(),
+                waves ? "wave_plan" : "slot_plan", unit ? ", by unit" : "", glu ? ", down reads the SwiGLU" : "",
+                pdl ? "on" : "off", ws.size(),
                 best * 1e3 / n_layers, wbytes / (best * 1e-3) / 1e9);
     for (auto w : ws) cudaFree(w);
     for (auto y : ys) cudaFree(y);
@@ -709,9 +781,11 @@ int main(int argc, char ** argv) {
             chain_bench(true, 1, false, waves);
             chain_bench(true, 1, true, waves);
         }
-        // the matrices stored by unit (lbq::kByUnit)
+        // the matrices stored by unit (lbq::kByUnit), then with ffn down reading the SwiGLU (no glue kernel before it)
         chain_bench(true, 23, true, false, false, true);
         chain_bench(true, 1, true, false, false, true);
+        chain_bench(true, 23, true, false, false, true, true);
+        chain_bench(true, 1, true, false, false, true, true);
     };
     if (argc > 1 && std::strcmp(argv[1], "trace") == 0) {
         chain_bench(true, 1, true, false, true);
@@ -748,6 +822,9 @@ int main(int argc, char ** argv) {
     bad += check(Kind::Q6_K, 130, 1280, 6, rng);   // rows 2-byte aligned only
     bad += check(Kind::Q4_K, 9000, 256, 0, rng);   // many row blocks, one super-block
     bad += check(Kind::Q4_K, 9000, 512, 0, rng);   // 7 worker ranges: some row tiles cut, most whole
+    bad += check_glu(Kind::Q4_K, 200, 512, rng);
+    bad += check_glu(Kind::Q6_K, 300, 2304, rng);
+    bad += check_glu(Kind::Q4_K, 9000, 512, rng);
     if (bad) { std::printf("FAILED: %d checks\n", bad); }
     if (argc > 1 && std::strcmp(argv[1], "check") == 0) {
         return bad ? 1 : 0;

@@ -1,0 +1,40 @@
+"""ggml-cuda fusions lucebox adds for its graphs give the logits of the ops run apart, bit for bit, and run:
+- a SwiGLU read by the product after it (patch 0051: the FFN's and the delta net's output gate; no GLU kernel),
+- a delta net's conv reading its window and writing the next in place (patch 0052: no concat, no copy),
+  computing the l2 norm of q and k after it (no norm kernel) and the layer's gates before it (no gates kernel),
+- an attention layer's q / k norm with its multi-section rope (patch 0053: no rope kernel; K's rows straight into
+  an f16 cache, no set_rows kernel).
+
+Oracle: the same engine with the fusion off (its GGML_CUDA_FUSE_* switch, read once per process, hence a process
+per setting), on the small random Q4_K_M target of tests/test_lbq_layout.py (one-token steps, then 40 tokens in one
+call). Each fusion logs its first match once a process: the test checks that it ran. CUDA only.
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+
+from test_lbq_layout import k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
+
+pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda",
+                                reason="ggml-cuda's fusions (LUCEBOX_TEST_BACKEND=cuda)")
+
+FUSIONS = {
+    "GGML_CUDA_FUSE_GLU_LBQ": "a SwiGLU read by the product after it",
+    "GGML_CUDA_FUSE_CONV_WINDOW": "a conv read its window and wrote the next",
+    "GGML_CUDA_FUSE_CONV_L2": "a conv's l2 norm in the conv",
+    "GGML_CUDA_FUSE_CONV_GATES": "a delta net's gates in its conv",
+    "GGML_CUDA_FUSE_NORM_MROPE": "a norm and its multi-section rope in one kernel",
+}
+
+
+@pytest.mark.parametrize("switch", sorted(FUSIONS))
+def test_a_fusion_gives_the_logits_of_the_ops_apart(k_quant_target, tmp_path, switch):
+    want, log_apart = run_with(k_quant_target, tmp_path / "apart.npy", **{switch: "0"})
+    got, log_fused = run_with(k_quant_target, tmp_path / "fused.npy", **{switch: "1"})
+    assert FUSIONS[switch] not in log_apart
+    assert FUSIONS[switch] in log_fused, f"{switch}: the fusion never ran"
+    assert np.isfinite(want).all() and np.abs(want).max() > 0
+    np.testing.assert_array_equal(got, want)

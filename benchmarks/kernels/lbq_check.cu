@@ -216,6 +216,17 @@ static float * alloc_part(const lbq::Plan & p, int64_t m, int n_max = 32) {
 // split runs wide (Q4_K: 8 n-tiles a block, Q6_K: 6) where the GPU's shared memory allows it.
 constexpr int kCheckN = 96;
 
+// Buffers for checking an m x kl product of up to kCheckN columns: the weights `w` uploaded, room for the
+// activations, the result and prepare_x's halves, the tickets; the caller adds the plan's partial sums.
+static Dev check_dev(const std::vector<uint8_t> & w, int64_t m, int64_t kl) {
+    Dev d;
+    CK(cudaMalloc(&d.w, w.size())); CK(cudaMalloc(&d.x, size_t(kCheckN * kl * 4)));
+    CK(cudaMalloc(&d.y, size_t(kCheckN * m * 4))); CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), kCheckN) * 2));
+    d.tickets = alloc_tickets();
+    CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
+    return d;
+}
+
 static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & rng) {
     // row_pad > 0 puts rows at a stride that is not a whole number of blocks (Q6_K: 2-byte aligned rows)
     const int64_t packed_bytes = packed_row_bytes(k, kl), row_bytes = packed_bytes + row_pad;
@@ -235,11 +246,7 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
             ref[size_t(c * m + r)] = s;
         }
     }
-    Dev d;
-    CK(cudaMalloc(&d.w, w.size())); CK(cudaMalloc(&d.x, x.size() * 4)); CK(cudaMalloc(&d.y, ref.size() * 4));
-    CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), kCheckN) * 2));
-    d.tickets = alloc_tickets();
-    CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
+    Dev d = check_dev(w, m, kl);
     CK(cudaMemcpy(d.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
     // the weights stored by unit, by the GPU's lbq::store_by_unit (as ggml_backend_cuda_lbq_store_by_unit does) and
     // checked against the host's order
@@ -338,13 +345,9 @@ static int check_glu(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     std::vector<float> gate(size_t(kCheckN * ldg + 1)), up(size_t(kCheckN * ldu));
     for (auto & v : gate) v = nd(rng);
     for (auto & v : up) v = nd(rng);
-    Dev d;
+    Dev d = check_dev(w, m, kl);
     float * g_d, * u_d;
-    CK(cudaMalloc(&d.w, w.size())); CK(cudaMalloc(&d.x, size_t(kCheckN * kl * 4))); CK(cudaMalloc(&d.y, size_t(kCheckN * m * 4)));
-    CK(cudaMalloc(&d.xp, lbq::xp_halfs(int(kl), kCheckN) * 2));
     CK(cudaMalloc(&g_d, gate.size() * 4)); CK(cudaMalloc(&u_d, up.size() * 4));
-    d.tickets = alloc_tickets();
-    CK(cudaMemcpy(d.w, w.data(), w.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(g_d, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(u_d, up.data(), up.size() * 4, cudaMemcpyHostToDevice));
     int bad = 0;

@@ -43,9 +43,11 @@ def test_a_fusion_gives_the_logits_of_the_ops_apart(k_quant_target, tmp_path, sw
     np.testing.assert_array_equal(got, want)
 
 
-def test_every_conv_of_a_short_call_fuses(k_quant_target, tmp_path):
-    # the one-token and 8-token calls (the 40-token one is past the kernel's 32): no conv kept apart for sharing
-    # memory, and the conv whose output took its tokens' buffer fused (the run's logits are the test above's)
+def test_a_conv_over_its_tokens_fuses(k_quant_target, tmp_path):
+    # In the one-token and 8-token calls (the 40-token one is past the kernel's 32) the allocator gives the Q6_K qkv
+    # layer's conv output its tokens' buffer (ggml-alloc's placement on this model: a change there may move it, which
+    # this test then reports): that conv fuses, and no conv is kept apart for sharing memory. Its logits are checked
+    # by the test above (GGML_CUDA_FUSE_CONV_WINDOW). Not seen from here: convs the matcher's structure refuses.
     _, log = run_with(k_quant_target, tmp_path / "fused.npy")
     assert "a conv wrote its output over its tokens" in log
     assert "a conv kept apart" not in log

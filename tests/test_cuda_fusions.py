@@ -5,6 +5,9 @@
 - an attention layer's q / k norm with its multi-section rope (patch 0053: no rope kernel; K's rows straight into
   an f16 cache, no set_rows kernel).
 
+The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
+fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
+
 Oracle: the same engine with the fusion off (its GGML_CUDA_FUSE_* switch, read once per process, hence a process
 per setting), on the small random Q4_K_M target of tests/test_lbq_layout.py (one-token steps, then 40 tokens in one
 call). Each fusion logs its first match once a process: the test checks that it ran. CUDA only.
@@ -38,3 +41,13 @@ def test_a_fusion_gives_the_logits_of_the_ops_apart(k_quant_target, tmp_path, sw
     assert FUSIONS[switch] in log_fused, f"{switch}: the fusion never ran"
     assert np.isfinite(want).all() and np.abs(want).max() > 0
     np.testing.assert_array_equal(got, want)
+
+
+def test_a_conv_over_its_tokens_fuses(k_quant_target, tmp_path):
+    # In the one-token and 8-token calls (the 40-token one is past the kernel's 32) the allocator gives the Q6_K qkv
+    # layer's conv output its tokens' buffer (ggml-alloc's placement on this model: a change there may move it, which
+    # this test then reports): that conv fuses, and no conv is kept apart for sharing memory. Its logits are checked
+    # by the test above (GGML_CUDA_FUSE_CONV_WINDOW). Not seen from here: convs the matcher's structure refuses.
+    _, log = run_with(k_quant_target, tmp_path / "fused.npy")
+    assert "a conv wrote its output over its tokens" in log
+    assert "a conv kept apart" not in log

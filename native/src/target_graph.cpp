@@ -79,8 +79,11 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     ggml_tensor * z = in[1];    // [value_dim, n]
     ggml_tensor * alpha = in[3];
     // The gates' ops go into the graph one after the other (alpha's view first): ggml-cuda runs that run as one kernel
-    // with the same bits (patch 0034).
+    // with the same bits (patch 0034), and with the conv after it (0052), where nothing but views sits between them.
+    // So qkv's product, where it is its own (a Q6_K qkv next to Q4_K z|beta|alpha), goes in before the gates; after
+    // alpha's, or the allocator places the conv's output partly over qkv's, which the conv fusion refuses.
     ggml_build_forward_expand(gf, alpha);
+    ggml_build_forward_expand(gf, qkv);
     ggml_tensor * beta = ggml_sigmoid(ctx, ggml_is_contiguous(in[2]) ? in[2] : ggml_cont(ctx, in[2]));  // [Hv, n]
     ggml_build_forward_expand(gf, beta);
     ggml_tensor * g = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.ssm_dt)), L.ssm_a);  // [Hv, n]

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "call_clock.hpp"
 #include "caches.hpp"
 #include "commit_graph.hpp"
 #include "draft_model.hpp"
@@ -66,6 +67,9 @@ struct lb_engine {
 
     // --- decode state ----------------------------------------------------------------------
     int32_t n_past = 0;  // P: committed tokens
+
+    // --- where each kind of call's host time went (lb_call_times_get); api.cpp starts and ends a call's ----------
+    lb::CallClock clock;
 
     // --- hooks for the draft ---------------------------------------------------------------
     std::function<void(const int32_t * rows, int32_t n, int32_t unread)> on_commit;

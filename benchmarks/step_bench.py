@@ -131,12 +131,12 @@ def load_state(h: Handle, path: str, prompt: np.ndarray) -> int:
 # than the wait that grows is host work the GPU waits for; caller ms is the step's own clock around the call (its
 # Python side and the ctypes crossing on top of the native total)
 CALL_SPLIT = ("draft", "verify", "commit", "step")
-CALL_PARTS = ("graphs", "caller_ms", "total_ms", "before_ms", "launch_ms", "wait_ms", "after_ms")
+CALL_PARTS = ("graphs", "caller_ms", "total_ms", "before_ms", "launch_ms", "wait_ms", "between_ms", "after_ms")
 
 
 def print_call_split(spec: list[dict]) -> None:
-    print("\n| ctx | call | graphs | caller ms | total ms | before ms | launch ms | wait ms | after ms |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n| ctx | call | graphs | " + " | ".join(p.replace("_ms", " ms") for p in CALL_PARTS[1:]) + " |")
+    print("|---" * (len(CALL_PARTS) + 2) + "|")
     for r in spec:
         for kind, t in r["call_times"].items():
             print(f"| {r['ctx']} | {kind} | {t['graphs']:.0f} | " + " | ".join(f"{t[p]:.3f}" for p in CALL_PARTS[1:])
@@ -188,7 +188,6 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
             "gpu_mem_mib": gpu_memory_used_mib(), "held_mib": sum(h.memory().values()) / 2**20,
             "call_times": {kind: {part: statistics.median(t[part] for t in ts) for part in ts[0]}
                            for kind, ts in split.items()}}
-
 
 
 def main() -> None:

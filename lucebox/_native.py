@@ -66,7 +66,7 @@ class _Record(ctypes.Structure):
     """A struct of numbers the library fills in; as_dict() reads it out."""
 
     def as_dict(self) -> dict:
-        return {name: int(getattr(self, name)) for name, _ in self._fields_}
+        return {name: getattr(self, name) for name, _ in self._fields_}
 
 
 # typedef struct lb_model_info { ... } lb_model_info;
@@ -103,12 +103,9 @@ class Sampling(ctypes.Structure):
 
 
 # typedef struct lb_call_times { ... } lb_call_times;
-class CallTimes(ctypes.Structure):
+class CallTimes(_Record):
     _fields_ = _fields(ctypes.c_int32, "graphs") + _fields(ctypes.c_double, "total_ms", "before_ms", "launch_ms",
-                                                           "wait_ms", "after_ms")
-
-    def as_dict(self) -> dict:
-        return {name: getattr(self, name) for name, _ in self._fields_}
+                                                           "wait_ms", "between_ms", "after_ms")
 
 
 _engine_p = ctypes.c_void_p
@@ -369,7 +366,7 @@ class Handle:
 
     def call_times(self, kind: str) -> dict:
         """Where the host's time went in the last call of `kind` ("prefill", "step", "draft", "verify",
-        "commit"; lb_call_times_get): graphs, total_ms, before_ms, launch_ms, wait_ms, after_ms."""
+        "commit"; lb_call_times_get): graphs, total_ms, before_ms, launch_ms, wait_ms, between_ms, after_ms."""
         if kind not in CALL_KINDS:
             raise ValueError(f"call_times: kind {kind!r} is not one of {', '.join(CALL_KINDS)}")
         out = CallTimes()

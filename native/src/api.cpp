@@ -1,8 +1,8 @@
 // api.cpp: the extern "C" boundary. Every call runs inside guarded(): C++ exceptions become a
 // status code plus a thread-local message (lb_last_error), and never cross into the caller.
 #include <new>
-#include <utility>
 #include <string>
+#include <utility>
 
 #include "engine.hpp"
 #include "error.hpp"
@@ -47,9 +47,9 @@ int32_t guarded(F && f) {
 // guarded() for a call that runs graphs: the engine's clock times it as a call of `kind` (lb_call_times_get)
 template <typename F>
 int32_t timed(lb_engine * e, int32_t kind, F && f) {
-    e->clock.begin(kind);
+    e->call_clock.begin(kind);
     const int32_t st = guarded(std::forward<F>(f));
-    e->clock.end(st == LB_OK);
+    e->call_clock.end(st == LB_OK);
     return st;
 }
 
@@ -213,7 +213,7 @@ LB_API int32_t lb_call_times_get(const lb_engine * e, int32_t kind, lb_call_time
         return fail(LB_E_INVALID_ARG, ("lb_call_times_get: kind " + std::to_string(kind) +
                                        " is not an LB_CALL_* (0.." + std::to_string(LB_CALL_KINDS - 1) + ")").c_str());
     }
-    *out = e->clock.last(kind);
+    *out = e->call_clock.last(kind);
     return LB_OK;
 }
 

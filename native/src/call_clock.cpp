@@ -5,7 +5,8 @@ namespace lb {
 
 void CallClock::begin(int32_t kind) {
     kind_ = kind;
-    now_ = lb_call_times{};
+    graphs_ = 0;
+    launch_ = wait_ = clock::duration{};
     begin_ = clock::now();
 }
 
@@ -16,9 +17,9 @@ ggml_status CallClock::compute(ggml_backend_t backend, ggml_cgraph * gf) {
     ggml_backend_synchronize(backend);
     const clock::time_point t2 = clock::now();
     if (kind_ < 0) return st;  // a graph outside an ABI call (none today): not timed
-    if (now_.graphs++ == 0) first_launch_ = t0;
-    now_.launch_ms += ms(t1 - t0);
-    now_.wait_ms += ms(t2 - t1);
+    if (graphs_++ == 0) first_launch_ = t0;
+    launch_ += t1 - t0;
+    wait_ += t2 - t1;
     last_wait_ = t2;
     return st;
 }
@@ -26,14 +27,22 @@ ggml_status CallClock::compute(ggml_backend_t backend, ggml_cgraph * gf) {
 void CallClock::end(bool ok) {
     const clock::time_point t = clock::now();
     if (kind_ < 0) return;
-    now_.total_ms = ms(t - begin_);
-    if (now_.graphs > 0) {
-        now_.before_ms = ms(first_launch_ - begin_);
-        now_.after_ms = ms(t - last_wait_);
-    } else {
-        now_.before_ms = now_.total_ms;  // no graph ran: all of it came before one would have
+    if (ok) {
+        lb_call_times & out = last_[size_t(kind_)];
+        out = lb_call_times{};
+        out.graphs = graphs_;
+        out.total_ms = ms(t - begin_);
+        if (graphs_ > 0) {
+            out.before_ms = ms(first_launch_ - begin_);
+            out.launch_ms = ms(launch_);
+            out.wait_ms = ms(wait_);
+            // the rest of the span from the first launch to the last wait
+            out.between_ms = ms(last_wait_ - first_launch_ - launch_ - wait_);
+            out.after_ms = ms(t - last_wait_);
+        } else {
+            out.before_ms = out.total_ms;  // no graph ran: all of it came before one would have
+        }
     }
-    if (ok) last_[size_t(kind_)] = now_;
     kind_ = -1;
 }
 

@@ -1,7 +1,7 @@
 // call_clock.hpp: where an ABI call's host time goes (lb_call_times): before its first graph launch, in the
-// backend's launches, waiting for the device, and after its last wait. Host clocks only: the device's own time is
-// what the wait does not hide, so a call whose launch or before / after parts are large spends that time on the
-// host while the device idles. Two clock reads a graph: nothing a decode step would notice.
+// backend's launches, waiting for the device, between its graphs, and after its last wait. Host clocks only: the
+// device's own time is what the waits do not hide, so a call whose other parts are large spends that time on the
+// host while the device idles. Three clock reads a graph: nothing a decode step would notice.
 #pragma once
 
 #include <array>
@@ -29,8 +29,9 @@ private:
     static double ms(clock::duration d) { return std::chrono::duration<double, std::milli>(d).count(); }
 
     int32_t kind_ = -1;  // the running call's kind; -1 between calls
+    int32_t graphs_ = 0;
     clock::time_point begin_, first_launch_, last_wait_;
-    lb_call_times now_{};
+    clock::duration launch_{}, wait_{};  // summed in the clock's own ticks, so the parts add up exactly
     std::array<lb_call_times, LB_CALL_KINDS> last_{};
 };
 

@@ -20,6 +20,7 @@
 //                                        proposal will read (later tokens of the same prefill take their
 //                                        ring slots). Matches DraftModel::append(feats, rows, n, unread).
 //   on_reset()                           called by reset() (forget the draft context too)
+//   &call_clock                          the draft's graphs go through it, timed as part of the call that runs them
 #pragma once
 
 #include <cstdint>
@@ -61,15 +62,15 @@ struct lb_engine {
 
     // --- what the engine owns (destroyed in reverse order) ----------------------------------
     lb::Backend backend;
+    // where each kind of call's host time went (lb_call_times_get; api.cpp starts and ends each call); the draft
+    // borrows it, so it outlives the draft
+    lb::CallClock call_clock;
     std::unique_ptr<lb::TargetModel> model;
     lb::TargetCache cache;
     std::unique_ptr<lb::DraftModel> draft;  // optional; fed through on_commit / on_reset
 
     // --- decode state ----------------------------------------------------------------------
     int32_t n_past = 0;  // P: committed tokens
-
-    // --- where each kind of call's host time went (lb_call_times_get); api.cpp starts and ends a call's ----------
-    lb::CallClock clock;
 
     // --- hooks for the draft ---------------------------------------------------------------
     std::function<void(const int32_t * rows, int32_t n, int32_t unread)> on_commit;

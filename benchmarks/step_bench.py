@@ -127,6 +127,22 @@ def load_state(h: Handle, path: str, prompt: np.ndarray) -> int:
     return n
 
 
+# The calls of a speculative step and the AR step, and the parts of their host time (lb_call_times): a part other
+# than the wait that grows is host work the GPU waits for; caller ms is the step's own clock around the call (its
+# Python side and the ctypes crossing on top of the native total)
+CALL_SPLIT = ("draft", "verify", "commit", "step")
+CALL_PARTS = ("graphs", "caller_ms", "total_ms", "before_ms", "launch_ms", "wait_ms", "between_ms", "after_ms")
+
+
+def print_call_split(spec: list[dict]) -> None:
+    print("\n| ctx | call | graphs | " + " | ".join(p.replace("_ms", " ms") for p in CALL_PARTS[1:]) + " |")
+    print("|---" * (len(CALL_PARTS) + 2) + "|")
+    for r in spec:
+        for kind, t in r["call_times"].items():
+            print(f"| {r['ctx']} | {kind} | {t['graphs']:.0f} | " + " | ".join(f"{t[p]:.3f}" for p in CALL_PARTS[1:])
+                  + " |")
+
+
 def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: int, rng, profiler=None,
                prompt_tokens: int = 0, state: tuple[str, str, int] | None = None) -> dict | None:
     """state: ("save", FILE, N) prefills the first N prompt tokens, saves and returns None;
@@ -146,6 +162,7 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
     history = prompt.tolist()
     step = Step(h, info, "ddtree", NativeDrafter(h, info["block_size"]), gen, Sampler.for_request(gen, info))
     t_draft, t_verify, t_commit, t_host, t_ar = [], [], [], [], []
+    split = {kind: [] for kind in CALL_SPLIT}  # lb_call_times of each timed step's calls
     # the timed steps run without the profiler (it would add its own cost to every Python call, i.e. to
     # host_ms); with one, as many steps again run under it afterwards
     for i in range(n_steps):
@@ -160,12 +177,17 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
         if 4 <= i < steps + 4:
             t_draft.append(r.draft_s); t_verify.append(r.verify_s); t_commit.append(r.commit_s)
             t_host.append(r.host_s); t_ar.append(k - g)
+            caller = {"draft": r.draft_s, "verify": r.verify_s, "commit": r.commit_s, "step": k - g}
+            for kind in CALL_SPLIT:
+                split[kind].append(dict(h.call_times(kind), caller_ms=1e3 * caller[kind]))
     med = lambda xs: 1e3 * statistics.median(xs)
     return {"ctx": ctx, "prefill_tokens": n_prompt - resumed, "resumed_from": resumed, "prefill_s": prefill_s,
             "budget": gen.budget,
             "temperature": gen.temperature, "draft_ms": med(t_draft), "verify_ms": med(t_verify),
             "commit_ms": med(t_commit), "host_ms": med(t_host), "ar_step_ms": med(t_ar),
-            "gpu_mem_mib": gpu_memory_used_mib(), "held_mib": sum(h.memory().values()) / 2**20}
+            "gpu_mem_mib": gpu_memory_used_mib(), "held_mib": sum(h.memory().values()) / 2**20,
+            "call_times": {kind: {part: statistics.median(t[part] for t in ts) for part in ts[0]}
+                           for kind, ts in split.items()}}
 
 
 def main() -> None:
@@ -265,6 +287,8 @@ def main() -> None:
                   f"{r['draft_ms'] / r['verify_ms']:.2f} | {r['gpu_mem_mib']} | {r['held_mib']:.0f} | "
                   f"{sum(plan.values()) / 2**20:.0f} | {r['prefill_tokens'] / r['prefill_s']:.0f} |")
             r["plan"] = plan
+        if results["spec"]:
+            print_call_split(results["spec"])
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-ABI_VERSION = 5  # must equal LB_ABI_VERSION in lucebox.h
+ABI_VERSION = 6  # must equal LB_ABI_VERSION in lucebox.h
 
 LIB_ENV = "LUCEBOX_LIB"
 LIB_NAME = "liblucebox.so"
@@ -29,6 +29,7 @@ KV_TYPES = {"f16": 0, "q8_0": 1, "q4_0": 2, "f32": 3, "bf16": 4}  # LB_KV_*
 KV_NAMES = {code: name for name, code in KV_TYPES.items()}
 DRAFT_WEIGHTS = {"keep": 0, "q8_0": 1}  # LB_DRAFT_WEIGHTS_*
 LOG_LEVELS = {"quiet": 0, "error": 1, "info": 2, "debug": 3}
+CALL_KINDS = {"prefill": 0, "step": 1, "draft": 2, "verify": 3, "commit": 4}  # LB_CALL_*
 
 
 class NativeError(RuntimeError):
@@ -65,7 +66,7 @@ class _Record(ctypes.Structure):
     """A struct of numbers the library fills in; as_dict() reads it out."""
 
     def as_dict(self) -> dict:
-        return {name: int(getattr(self, name)) for name, _ in self._fields_}
+        return {name: getattr(self, name) for name, _ in self._fields_}
 
 
 # typedef struct lb_model_info { ... } lb_model_info;
@@ -99,6 +100,12 @@ class Sampling(ctypes.Structure):
                 + _fields(_i32p, "drawn")
                 + _fields(_f64p, "uniforms")
                 + _fields(ctypes.c_int64, "rows_cap"))
+
+
+# typedef struct lb_call_times { ... } lb_call_times;
+class CallTimes(_Record):
+    _fields_ = _fields(ctypes.c_int32, "graphs") + _fields(ctypes.c_double, "total_ms", "before_ms", "launch_ms",
+                                                           "wait_ms", "between_ms", "after_ms")
 
 
 _engine_p = ctypes.c_void_p
@@ -155,6 +162,8 @@ _PROTOTYPES = [
     ("lb_state_save", ctypes.c_int32, [_engine_p, ctypes.c_void_p, ctypes.c_int64, ctypes.POINTER(ctypes.c_int64)]),
     # int32_t lb_state_load(lb_engine * e, const void * buf, int64_t n);
     ("lb_state_load", ctypes.c_int32, [_engine_p, ctypes.c_void_p, ctypes.c_int64]),
+    # int32_t lb_call_times_get(const lb_engine * e, int32_t kind, lb_call_times * out);
+    ("lb_call_times_get", ctypes.c_int32, [_engine_p, ctypes.c_int32, ctypes.POINTER(CallTimes)]),
     # void lb_free(lb_engine * e);
     ("lb_free", None, [_engine_p]),
 ]
@@ -353,6 +362,15 @@ class Handle:
         """Bytes the engine holds now, by part (lb_memory_get)."""
         out = Memory()
         _check(lib().lb_memory_get(self._p(), ctypes.byref(out)))
+        return out.as_dict()
+
+    def call_times(self, kind: str) -> dict:
+        """Where the host's time went in the last call of `kind` ("prefill", "step", "draft", "verify",
+        "commit"; lb_call_times_get): graphs, total_ms, before_ms, launch_ms, wait_ms, between_ms, after_ms."""
+        if kind not in CALL_KINDS:
+            raise ValueError(f"call_times: kind {kind!r} is not one of {', '.join(CALL_KINDS)}")
+        out = CallTimes()
+        _check(lib().lb_call_times_get(self._p(), CALL_KINDS[kind], ctypes.byref(out)))
         return out.as_dict()
 
     def n_past(self) -> int:

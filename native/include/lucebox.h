@@ -29,7 +29,7 @@
 extern "C" {
 #endif
 
-#define LB_ABI_VERSION 5
+#define LB_ABI_VERSION 6
 
 /* status codes */
 #define LB_OK              0
@@ -67,6 +67,14 @@ extern "C" {
 #define LB_LOG_DEBUG 3
 
 typedef struct lb_engine lb_engine; /* opaque */
+
+/* Kinds of call that run graphs, for lb_call_times_get */
+#define LB_CALL_PREFILL 0  /* lb_prefill, lb_prefill_sampled */
+#define LB_CALL_STEP    1  /* lb_step, lb_step_sampled         */
+#define LB_CALL_DRAFT   2  /* lb_draft                         */
+#define LB_CALL_VERIFY  3  /* lb_verify, lb_verify_sampled     */
+#define LB_CALL_COMMIT  4  /* lb_commit                        */
+#define LB_CALL_KINDS   5
 
 typedef struct lb_params {
     const char * target_path;  /* GGUF file of the target (arch qwen35); required                 */
@@ -317,6 +325,27 @@ LB_API int32_t lb_sampling_draw(const lb_sampling * s, int32_t rows, const int64
 LB_API int32_t lb_state_size(const lb_engine * e, int64_t * out_bytes);
 LB_API int32_t lb_state_save(lb_engine * e, void * buf, int64_t cap, int64_t * out_written);
 LB_API int32_t lb_state_load(lb_engine * e, const void * buf, int64_t n);
+
+/*
+ * Where the host's time went in the last successful call of one kind (LB_CALL_*), in milliseconds of the
+ * host's clock: before_ms + launch_ms + wait_ms + between_ms + after_ms = total_ms. On a GPU, wait_ms is what
+ * the device ran past the launches; time in the other parts is host work the device waits for. On the CPU the
+ * launch runs the graph (wait_ms ~ 0). All zeros before the first call of the kind. LB_E_INVALID_ARG for a kind
+ * outside [0, LB_CALL_KINDS).
+ */
+typedef struct lb_call_times {
+    int32_t graphs;      /* graphs the call ran: the target's, and the draft's (its propose; the append of what */
+                         /* a prefill, step or commit committed)                                                */
+    double  total_ms;    /* from the call's entry to its return                                                 */
+    double  before_ms;   /* entry to the first launch: checks, graph lookup or build, inputs staged             */
+    double  launch_ms;   /* in the backend's launches (ggml-cuda: its graph's change check, capture, replay)     */
+    double  wait_ms;     /* waiting for the device to finish what was launched                                  */
+    double  between_ms;  /* host work between one graph's wait and the next one's launch: a prefill's next      */
+                         /* micro-batch staged, a step's results read back before the draft's append            */
+    double  after_ms;    /* from the last wait to the return: results read back, the host draw                  */
+} lb_call_times;
+
+LB_API int32_t lb_call_times_get(const lb_engine * e, int32_t kind, lb_call_times * out);
 
 /* Free the engine and everything it owns. NULL is a no-op. */
 LB_API void lb_free(lb_engine * e);

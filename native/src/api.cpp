@@ -2,6 +2,7 @@
 // status code plus a thread-local message (lb_last_error), and never cross into the caller.
 #include <new>
 #include <string>
+#include <utility>
 
 #include "engine.hpp"
 #include "error.hpp"
@@ -42,6 +43,15 @@ int32_t guarded(F && f) {
 
 #define LB_NEED_ENGINE(e, fn) \
     if (!(e)) return fail(LB_E_INVALID_ARG, fn ": engine is NULL (load it with lb_load first)")
+
+// guarded() for a call that runs graphs: the engine's clock times it as a call of `kind` (lb_call_times_get)
+template <typename F>
+int32_t timed(lb_engine * e, int32_t kind, F && f) {
+    e->call_clock.begin(kind);
+    const int32_t st = guarded(std::forward<F>(f));
+    e->call_clock.end(st == LB_OK);
+    return st;
+}
 
 }  // namespace
 
@@ -120,48 +130,48 @@ LB_API int32_t lb_reset(lb_engine * e) {
 LB_API int32_t lb_prefill(lb_engine * e, const int32_t * toks, int32_t n, int32_t * out_next, float * logits,
                           int64_t logits_cap) {
     LB_NEED_ENGINE(e, "lb_prefill");
-    return guarded([&] { e->prefill(toks, n, out_next, logits, logits_cap); });
+    return timed(e, LB_CALL_PREFILL, [&] { e->prefill(toks, n, out_next, logits, logits_cap); });
 }
 
 LB_API int32_t lb_draft(lb_engine * e, int32_t last, int32_t top_k, int32_t * ids, float * logp, int64_t cap) {
     LB_NEED_ENGINE(e, "lb_draft");
-    return guarded([&] { e->draft_block(last, top_k, ids, logp, cap); });
+    return timed(e, LB_CALL_DRAFT, [&] { e->draft_block(last, top_k, ids, logp, cap); });
 }
 
 LB_API int32_t lb_verify(lb_engine * e, const int32_t * toks, const int32_t * parents, int32_t n, int32_t * out_argmax,
                          float * logits, int64_t logits_cap) {
     LB_NEED_ENGINE(e, "lb_verify");
-    return guarded([&] { e->verify(toks, parents, n, out_argmax, logits, logits_cap); });
+    return timed(e, LB_CALL_VERIFY, [&] { e->verify(toks, parents, n, out_argmax, logits, logits_cap); });
 }
 
 LB_API int32_t lb_commit(lb_engine * e, const int32_t * path, int32_t n_path) {
     LB_NEED_ENGINE(e, "lb_commit");
-    return guarded([&] { e->commit(path, n_path); });
+    return timed(e, LB_CALL_COMMIT, [&] { e->commit(path, n_path); });
 }
 
 LB_API int32_t lb_step(lb_engine * e, int32_t tok, int32_t * out_next) {
     LB_NEED_ENGINE(e, "lb_step");
-    return guarded([&] { e->step(tok, out_next); });
+    return timed(e, LB_CALL_STEP, [&] { e->step(tok, out_next); });
 }
 
 LB_API int32_t lb_prefill_sampled(lb_engine * e, const int32_t * toks, int32_t n, int32_t * out_next,
                                   const lb_sampling * s) {
     LB_NEED_ENGINE(e, "lb_prefill_sampled");
     if (!s) return fail(LB_E_INVALID_ARG, "lb_prefill_sampled: sampling must not be NULL (use lb_prefill)");
-    return guarded([&] { e->prefill(toks, n, out_next, nullptr, 0, s); });
+    return timed(e, LB_CALL_PREFILL, [&] { e->prefill(toks, n, out_next, nullptr, 0, s); });
 }
 
 LB_API int32_t lb_verify_sampled(lb_engine * e, const int32_t * toks, const int32_t * parents, int32_t n,
                                  int32_t * out_argmax, const lb_sampling * s) {
     LB_NEED_ENGINE(e, "lb_verify_sampled");
     if (!s) return fail(LB_E_INVALID_ARG, "lb_verify_sampled: sampling must not be NULL (use lb_verify)");
-    return guarded([&] { e->verify(toks, parents, n, out_argmax, nullptr, 0, s); });
+    return timed(e, LB_CALL_VERIFY, [&] { e->verify(toks, parents, n, out_argmax, nullptr, 0, s); });
 }
 
 LB_API int32_t lb_step_sampled(lb_engine * e, int32_t tok, int32_t * out_next, const lb_sampling * s) {
     LB_NEED_ENGINE(e, "lb_step_sampled");
     if (!s) return fail(LB_E_INVALID_ARG, "lb_step_sampled: sampling must not be NULL (use lb_step)");
-    return guarded([&] { e->step(tok, out_next, s); });
+    return timed(e, LB_CALL_STEP, [&] { e->step(tok, out_next, s); });
 }
 
 LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t cap) {
@@ -194,6 +204,17 @@ LB_API int32_t lb_state_load(lb_engine * e, const void * buf, int64_t n) {
     LB_NEED_ENGINE(e, "lb_state_load");
     if (!buf) return fail(LB_E_INVALID_ARG, "lb_state_load: buf must not be NULL");
     return guarded([&] { e->state_load(static_cast<const uint8_t *>(buf), n); });
+}
+
+LB_API int32_t lb_call_times_get(const lb_engine * e, int32_t kind, lb_call_times * out) {
+    LB_NEED_ENGINE(e, "lb_call_times_get");
+    if (!out) return fail(LB_E_INVALID_ARG, "lb_call_times_get: out must not be NULL");
+    if (kind < 0 || kind >= LB_CALL_KINDS) {
+        return fail(LB_E_INVALID_ARG, ("lb_call_times_get: kind " + std::to_string(kind) +
+                                       " is not an LB_CALL_* (0.." + std::to_string(LB_CALL_KINDS - 1) + ")").c_str());
+    }
+    *out = e->call_clock.last(kind);
+    return LB_OK;
 }
 
 LB_API void lb_free(lb_engine * e) { delete e; }

@@ -170,7 +170,9 @@ ggml_tensor * DraftModel::rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor *
 }
 
 void DraftModel::compute(ggml_cgraph * gf, const char * what) {
-    if (ggml_backend_graph_compute(backend_, gf) != GGML_STATUS_SUCCESS) {
+    const ggml_status st =
+        target_.clock ? target_.clock->compute(backend_, gf) : ggml_backend_graph_compute(backend_, gf);
+    if (st != GGML_STATUS_SUCCESS) {
         throw Error(LB_E_BACKEND, std::string("draft: ") + what + " graph failed on " + ggml_backend_name(backend_));
     }
 }

@@ -35,6 +35,7 @@
 #include "ggml.h"
 
 #include "backend.hpp"
+#include "call_clock.hpp"
 #include "draft_config.hpp"
 #include "draft_weights.hpp"
 #include "layers.hpp"
@@ -48,6 +49,7 @@ struct DraftTarget {
     TokenEmbedding * embedding = nullptr;  // its rows, staged per call (laid out before the first propose)
     ggml_tensor * output = nullptr;    // [n_embd, n_vocab] lm head (tok_embd when tied)
     int32_t n_layer = 0;               // target decoder layers (an MTP block not counted)
+    CallClock * clock = nullptr;       // the engine's: the draft's graphs count in the calls that run them
 };
 
 struct DraftOptions {

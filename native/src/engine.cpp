@@ -43,6 +43,7 @@ void lb_engine::load_draft(const std::string & dir, const lb::DraftOptions & opt
     t.embedding = &model->embedding;
     t.output = model->output;
     t.n_layer = model->hp.n_layer;
+    t.clock = &call_clock;
     draft = lb::DraftModel::load(dir, backend.get(), t, options);
     set_capture_layers(draft->config().target_layer_ids);
     on_commit = [this](const int32_t * rows, int32_t n, int32_t unread) { draft->append(cache.capture, rows, n, unread); };
@@ -189,7 +190,7 @@ void lb_engine::processed_row(int32_t row, float * out, int64_t cap) {
 }
 
 void lb_engine::compute(ggml_cgraph * gf, const char * what) {
-    const ggml_status st = ggml_backend_graph_compute(backend.get(), gf);
+    const ggml_status st = call_clock.compute(backend.get(), gf);
     check(st == GGML_STATUS_SUCCESS, LB_E_BACKEND,
           std::string(what) + " failed on " + backend.name() + " (ggml status " + std::to_string(int(st)) + ")");
 }

@@ -20,6 +20,7 @@
 //                                        proposal will read (later tokens of the same prefill take their
 //                                        ring slots). Matches DraftModel::append(feats, rows, n, unread).
 //   on_reset()                           called by reset() (forget the draft context too)
+//   &call_clock                          the draft's graphs go through it, timed as part of the call that runs them
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "call_clock.hpp"
 #include "caches.hpp"
 #include "commit_graph.hpp"
 #include "draft_model.hpp"
@@ -60,6 +62,9 @@ struct lb_engine {
 
     // --- what the engine owns (destroyed in reverse order) ----------------------------------
     lb::Backend backend;
+    // where each kind of call's host time went (lb_call_times_get; api.cpp starts and ends each call); the draft
+    // borrows it, so it outlives the draft
+    lb::CallClock call_clock;
     std::unique_ptr<lb::TargetModel> model;
     lb::TargetCache cache;
     std::unique_ptr<lb::DraftModel> draft;  // optional; fed through on_commit / on_reset

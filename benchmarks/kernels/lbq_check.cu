@@ -814,6 +814,11 @@ int main(int argc, char ** argv) {
         bench(Kind::Q6_K, 5120, 17408, rng);
         bench(Kind::Q6_K, 10240, 5120, rng);
         bench(Kind::Q6_K, 248320, 5120, rng);
+        // a stack holds one type: where Q4_K_M's qkv is Q6_K, z|beta|alpha is a product of its own, as is a Q6_K
+        // attention v; against a whole DeltaNet stack of about their bytes (what one launch for a pair would be)
+        bench(Kind::Q4_K, 16480, 5120, rng);
+        bench(Kind::Q4_K, 6240, 5120, rng);
+        bench(Kind::Q6_K, 1024, 5120, rng);
         chains();
         return 0;
     }

@@ -86,6 +86,7 @@ std::unique_ptr<DraftModel> DraftModel::layout(const std::string & dir, ggml_bac
 std::unique_ptr<DraftModel> DraftModel::load(const std::string & dir, ggml_backend_t backend,
                                              const DraftTarget & target, const DraftOptions & opt) {
     if (!backend) throw Error(LB_E_INVALID_ARG, "draft: no backend");
+    if (!target.clock) throw Error(LB_E_INVALID_ARG, "draft: no clock to run its graphs through (DraftTarget.clock)");
     std::unique_ptr<DraftModel> m = layout(dir, ggml_backend_get_device(backend), target, opt);
     m->backend_ = backend;
     check_target_placement(backend, target.output, "output matrix");
@@ -170,9 +171,7 @@ ggml_tensor * DraftModel::rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor *
 }
 
 void DraftModel::compute(ggml_cgraph * gf, const char * what) {
-    const ggml_status st =
-        target_.clock ? target_.clock->compute(backend_, gf) : ggml_backend_graph_compute(backend_, gf);
-    if (st != GGML_STATUS_SUCCESS) {
+    if (target_.clock->compute(backend_, gf) != GGML_STATUS_SUCCESS) {
         throw Error(LB_E_BACKEND, std::string("draft: ") + what + " graph failed on " + ggml_backend_name(backend_));
     }
 }

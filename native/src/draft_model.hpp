@@ -49,7 +49,8 @@ struct DraftTarget {
     TokenEmbedding * embedding = nullptr;  // its rows, staged per call (laid out before the first propose)
     ggml_tensor * output = nullptr;    // [n_embd, n_vocab] lm head (tok_embd when tied)
     int32_t n_layer = 0;               // target decoder layers (an MTP block not counted)
-    CallClock * clock = nullptr;       // the engine's: the draft's graphs count in the calls that run them
+    CallClock * clock = nullptr;       // the engine's: the draft's graphs count in the calls that run them (load()
+                                       // needs it; plan() runs none)
 };
 
 struct DraftOptions {

@@ -86,7 +86,8 @@ struct TargetTensors {
     Owned own{2};
     std::vector<char> embd_rows;  // the embedding on the host, as the engine reads it
     lb::TokenEmbedding embedding;
-    lb::DraftTarget view;
+    lb::CallClock clock;  // the draft runs its graphs through one; the tool reads no times
+    lb::DraftTarget view{nullptr, nullptr, nullptr, 0, &clock};
 
     // Stages rows of `embd` (on the backend) from a host copy: blocks of up to 64 tokens.
     void set_embedding(ggml_tensor * embd, ggml_backend_t be) {

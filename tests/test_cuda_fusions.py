@@ -3,7 +3,9 @@
 - a delta net's conv reading its window and writing the next in place (patch 0052: no concat, no copy),
   computing the l2 norm of q and k after it (no norm kernel) and the layer's gates before it (no gates kernel),
 - an attention layer's q / k norm with its multi-section rope (patch 0053: no rope kernel; K's rows straight into
-  an f16 cache, no set_rows kernel).
+  an f16 cache, no set_rows kernel),
+- two products of one input in one launch (patch 0057: the small target's Q6_K qkv with its Q4_K z|beta|alpha, its
+  Q4_K q|k with its Q6_K v, in the one- and 8-token calls).
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
@@ -30,6 +32,7 @@ FUSIONS = {
     "GGML_CUDA_FUSE_CONV_L2": "a conv's l2 norm in the conv",
     "GGML_CUDA_FUSE_CONV_GATES": "a delta net's gates in its conv",
     "GGML_CUDA_FUSE_NORM_MROPE": "a norm and its multi-section rope in one kernel",
+    "GGML_CUDA_FUSE_LBQ_PAIR": "two products of one input in one launch",
 }
 
 

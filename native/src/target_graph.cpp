@@ -30,6 +30,10 @@ ggml_tensor * ForwardBuilder::attention(int32_t il, ggml_tensor * x) {
 
     // attn_q interleaves, per head, D query values and D gate values
     const std::vector<ggml_tensor *> qkv = L.attn_qkv.project(ctx, x);
+    // q|k's product next to v's where v is a product of its own (a Q6_K v beside Q4_K q and k; a stack holds one
+    // type): ggml-cuda runs two such products of an AR step as one launch (patch 0057), as the delta net's below
+    ggml_build_forward_expand(gf, qkv[0]);
+    ggml_build_forward_expand(gf, qkv[2]);
     ggml_tensor * qg = qkv[0];  // [2*D*H, n]
     const size_t es = ggml_element_size(qg);
     ggml_tensor * q = ggml_view_3d(ctx, qg, D, H, n, 2 * D * es, qg->nb[1], 0);
@@ -81,7 +85,8 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     // The gates' ops go into the graph one after the other (alpha's view first): ggml-cuda runs that run as one kernel
     // with the same bits (patch 0034), and with the conv after it (0052), where nothing but views sits between them.
     // So qkv's product, where it is its own (a Q6_K qkv next to Q4_K z|beta|alpha), goes in before the gates; after
-    // alpha's, or the allocator places the conv's output partly over qkv's, which the conv fusion refuses.
+    // alpha's, or the allocator places the conv's output partly over qkv's, which the conv fusion refuses. There it
+    // follows z|beta|alpha's product with only alpha's view between: ggml-cuda runs the two as one launch (patch 0057).
     ggml_build_forward_expand(gf, alpha);
     ggml_build_forward_expand(gf, qkv);
     ggml_tensor * beta = ggml_sigmoid(ctx, ggml_is_contiguous(in[2]) ? in[2] : ggml_cont(ctx, in[2]));  // [Hv, n]

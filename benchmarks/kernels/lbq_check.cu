@@ -467,8 +467,9 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
 }
 
 // Two products of one input in one launch (lbq::launch_pair, patches 0057-0058: ggml-cuda's pairs of an AR step and a
-// verify) against each launched alone: bit for bit at 1, 3, 8, 16, 23 and 32 columns, fused (at most 8 columns) and
-// staged (random weights and activations, ggml's rows and stored by unit, each shape's own plan). With `timed`, then
+// verify) against each launched alone: bit for bit at every column count 1..32, fused (at most 8 columns) and staged
+// (random weights and activations, ggml's rows and stored by unit, each shape's own plan); a pair that does not fit the
+// GPU's shared memory (lbq::pair_fits) must refuse and write nothing, any other must run. With `timed`, then
 // the pair at one column (fused) and at 23 (staged) against the two launched back to back (dependent launch
 // overlapping them, as in ggml's graph), by unit, L2 flushed before each run.
 template <Kind KA, Kind KB>
@@ -503,7 +504,7 @@ static int pair(int64_t ma, int64_t mb, int64_t kl, bool timed, std::mt19937 & r
     };
     const char * names = KA == Kind::Q4_K ? "q4_K + q6_K" : "q6_K + q4_K";
     int bad = 0;
-    for (int n : {1, 3, lbq::kFusedMaxN, 16, 23, lbq::kMaxN}) {
+    for (int n = 1; n <= lbq::kMaxN; ++n) {
         for (bool fused : {true, false}) {
             if (fused && n > lbq::kFusedMaxN) continue;
             run(KA, pa, da, ma, kl, n, rba, fused);
@@ -515,16 +516,31 @@ static int pair(int64_t ma, int64_t mb, int64_t kl, bool timed, std::mt19937 & r
                 lbq::PairMember a, b;
                 members(unit, fused, a, b);
                 CK(cudaMemset(ya, 0xff, size_t(n * ma * 4))); CK(cudaMemset(yb, 0xff, size_t(n * mb * 4)));
+                const bool fits = lbq::pair_fits<KA, KB>(n, fused, g_smem_limit);
                 const bool launched = lbq::launch_pair<KA, KB>(a, b, da.x, kl, n, int(kl), fused, g_smem_limit, 0);
                 CK(cudaGetLastError());
                 CK(cudaMemcpy(got_a.data(), ya, got_a.size() * 4, cudaMemcpyDeviceToHost));
                 CK(cudaMemcpy(got_b.data(), yb, got_b.size() * 4, cudaMemcpyDeviceToHost));
-                const bool same = std::memcmp(got_a.data(), want_a.data(), got_a.size() * 4) == 0 &&
-                                  std::memcmp(got_b.data(), want_b.data(), got_b.size() * 4) == 0;
-                std::printf("pair %s m=%lld+%lld k=%lld n=%2d %s%s: %s\n", names, (long long)ma, (long long)mb,
-                            (long long)kl, n, fused ? "fused " : "staged", unit ? " by unit" : "",
-                            !launched ? "not launched (shared memory)" : same ? "ok (the bits of each launched alone)" : "FAIL");
-                bad += launched && !same;
+                bool ok;
+                if (launched) {
+                    ok = std::memcmp(got_a.data(), want_a.data(), got_a.size() * 4) == 0 &&
+                         std::memcmp(got_b.data(), want_b.data(), got_b.size() * 4) == 0;
+                } else {  // refused: nothing written (every byte still 0xff)
+                    auto untouched = [](const std::vector<float> & v) {
+                        const uint8_t * p = reinterpret_cast<const uint8_t *>(v.data());
+                        return std::all_of(p, p + v.size() * 4, [](uint8_t c) { return c == 0xff; });
+                    };
+                    ok = untouched(got_a) && untouched(got_b);
+                }
+                ok = ok && launched == fits;
+                // every count at the 27B's shapes would flood the log: those and each failure
+                if (!ok || n == 1 || n == lbq::kFusedMaxN || n == 23 || n == lbq::kMaxN) {
+                    std::printf("pair %s m=%lld+%lld k=%lld n=%2d %s%s: %s\n", names, (long long)ma, (long long)mb,
+                                (long long)kl, n, fused ? "fused " : "staged", unit ? " by unit" : "",
+                                !ok ? "FAIL" : launched ? "ok (the bits of each launched alone)"
+                                                        : "ok (refused: the GPU's shared memory)");
+                }
+                bad += !ok;
             }
         }
     }
@@ -934,8 +950,11 @@ int main(int argc, char ** argv) {
     bad += check_glu(Kind::Q4_K, 200, 512, rng);
     bad += check_glu(Kind::Q6_K, 300, 2304, rng);
     bad += check_glu(Kind::Q4_K, 9000, 512, rng);
-    bad += pair<Kind::Q6_K, Kind::Q4_K>(300, 9000, 512, false, rng);  // tiles cut by the plans of both
-    bad += pair<Kind::Q4_K, Kind::Q6_K>(200, 130, 2560, false, rng);   // a partial last tile each
+    // which plans cut k (each shape's slot_plan): the second, the first, neither, both; a partial last tile each
+    bad += pair<Kind::Q6_K, Kind::Q4_K>(300, 9000, 512, false, rng);
+    bad += pair<Kind::Q4_K, Kind::Q6_K>(9000, 300, 512, false, rng);
+    bad += pair<Kind::Q4_K, Kind::Q6_K>(200, 130, 512, false, rng);
+    bad += pair<Kind::Q4_K, Kind::Q6_K>(200, 130, 2560, false, rng);
     bad += pairs(false);
     if (bad) { std::printf("FAILED: %d checks\n", bad); }
     if (argc > 1 && std::strcmp(argv[1], "check") == 0) {

@@ -7,9 +7,6 @@
 - two products of one input in one launch (patches 0057-0058: the small target's Q6_K qkv with its Q4_K z|beta|alpha,
   its Q4_K q|k with its Q6_K v; one kernel in the one- and 8-token calls, a pair's three in the 23- and 17-token ones).
 
-A verify keeps its gates for commit (patch 0059): the gates' kernel writes those copies too (no copy kernels), checked
-on the embedded pair's DDTree decode (verifies and commits) against the copies apart and against AR.
-
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
 
@@ -19,15 +16,12 @@ tokens). Each fusion logs its first match once a process: the test checks that i
 """
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from test_lbq_layout import ROOT, k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
+from test_lbq_layout import k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
 
 pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda",
                                 reason="ggml-cuda's fusions (LUCEBOX_TEST_BACKEND=cuda)")
@@ -60,37 +54,3 @@ def test_a_conv_over_its_tokens_fuses(k_quant_target, tmp_path):
     _, log = run_with(k_quant_target, tmp_path / "fused.npy")
     assert "a conv wrote its output over its tokens" in log
     assert "a conv kept apart" not in log
-
-
-# One process: the embedded pair's tokens in AR and in DDTree decode (each verify keeps its gates, each commit reads
-# them).
-KEEP_RUN = """
-import json
-import sys
-from lucebox import defaults
-from lucebox.engine import Engine
-target, draft = defaults.embedded()
-with Engine(target, draft=draft, device=sys.argv[1], n_threads=2, max_ctx=512, log_level="debug") as e:
-    tokens = {}
-    for mode in ("ar", "ddtree"):
-        e.reset()
-        tokens[mode] = e.generate("def fibonacci(n):", 48, mode=mode, budget=22, draft_top_k=8, ignore_eos=True).tokens
-print(json.dumps(tokens))
-"""
-
-
-def decode_with(**env_switches: str) -> tuple[dict, str]:
-    """-> ({mode: tokens}, the run's log)"""
-    run = subprocess.run([sys.executable, "-c", KEEP_RUN, "cuda"], env=dict(os.environ, **env_switches), cwd=ROOT,
-                         timeout=300, capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return json.loads(run.stdout.strip().splitlines()[-1]), run.stderr
-
-
-def test_a_verify_keeps_its_gates_in_their_kernel():
-    apart, log_apart = decode_with(GGML_CUDA_FUSE_DELTA_KEEP="0")
-    kept, log_kept = decode_with(GGML_CUDA_FUSE_DELTA_KEEP="1")
-    assert "a verify's gates kept by their kernel" not in log_apart
-    assert "a verify's gates kept by their kernel" in log_kept, "the gates' kernel never kept them"
-    assert len(kept["ar"]) == 48
-    assert kept["ddtree"] == kept["ar"] == apart["ddtree"] == apart["ar"]

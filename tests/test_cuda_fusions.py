@@ -4,15 +4,15 @@
   computing the l2 norm of q and k after it (no norm kernel) and the layer's gates before it (no gates kernel),
 - an attention layer's q / k norm with its multi-section rope (patch 0053: no rope kernel; K's rows straight into
   an f16 cache, no set_rows kernel),
-- two products of one input in one launch (patch 0057: the small target's Q6_K qkv with its Q4_K z|beta|alpha, its
-  Q4_K q|k with its Q6_K v, in the one- and 8-token calls).
+- two products of one input in one launch (patches 0057-0058: the small target's Q6_K qkv with its Q4_K z|beta|alpha,
+  its Q4_K q|k with its Q6_K v; one kernel in the one- and 8-token calls, a pair's three in the 23- and 17-token ones).
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
 
 Oracle: the same engine with the fusion off (its GGML_CUDA_FUSE_* switch, read once per process, hence a process
-per setting), on the small random Q4_K_M target of tests/test_lbq_layout.py (one-token steps, then 40 tokens in one
-call). Each fusion logs its first match once a process: the test checks that it ran. CUDA only.
+per setting), on the small random Q4_K_M target of tests/test_lbq_layout.py (its calls of 1, 40, 8, 23 and 17
+tokens). Each fusion logs its first match once a process: the test checks that it ran. CUDA only.
 """
 from __future__ import annotations
 

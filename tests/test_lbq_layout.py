@@ -23,8 +23,9 @@ pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda"
 
 ROOT = Path(__file__).resolve().parent.parent
 
-# One process: a 40-token prompt fed one token a call (one-column products), in one call (40 columns) and in calls of
-# 8 tokens (short prefills: the fused conv window's several tokens, the products' one-kernel launch of 5..8 columns).
+# One process: a 40-token prompt fed one token a call (one-column products), in one call (40 columns), in calls of
+# 8 tokens (short prefills: the fused conv window's several tokens, the products' one-kernel launch of 5..8 columns)
+# and in calls of 23 and 17 (a verify's column counts: three kernels a product, or a pair's three for two).
 RUN = """
 import sys
 import numpy as np
@@ -32,7 +33,7 @@ from lucebox._native import Handle
 target, out = sys.argv[1], sys.argv[2]
 prompt = np.random.default_rng(5).integers(0, 2000, 40).astype(np.int32)
 rows = []
-for splits in ([1] * 40, [40], [8] * 5):
+for splits in ([1] * 40, [40], [8] * 5, [23, 17]):
     with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="debug") as h:
         logits = np.zeros((prompt.size, h.info()["n_vocab"]), np.float32)
         at = 0
@@ -83,6 +84,6 @@ def test_matrices_stored_by_unit_give_the_same_logits(k_quant_target, tmp_path):
     # projection, and the head
     assert stored >= 4 * 4 + 1, f"only {stored} matrices stored by unit"
     assert np.isfinite(want).all() and np.abs(want).max() > 0
-    np.testing.assert_array_equal(want[0], want[1])  # one column == 40 columns == 8 at a time, each way
-    np.testing.assert_array_equal(want[0], want[2])
+    for split in range(1, len(want)):  # one column == 40 columns == 8 at a time == 23 then 17, each way
+        np.testing.assert_array_equal(want[0], want[split])
     np.testing.assert_array_equal(got, want)

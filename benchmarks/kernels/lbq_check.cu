@@ -11,7 +11,7 @@
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
 //   lbq_check [check | chain | decode | engine | pair | profile | profile_prefill | trace]: the checks only, the layer
 //   chains only, the decode shapes' benches at 1 and 23 columns and the chains, the 27B's shapes against the other plan
-//   and back to back (engine_shapes), the 27B's pairs of products in one launch (patch 0057) checked and timed, one
+//   and back to back (engine_shapes), the 27B's pairs of products in one launch (patches 0057-0058) checked and timed, one
 //   launch per decode shape at 1 and 23 columns, or per prefill shape at kMaxLaunchN columns (both for Nsight
 //   Compute), or the one- and 23-column chains with a timeline of their kernels' blocks;
 //   default: checks, benches (decode shapes at 1..32 columns, prefill products at 512 and kMaxLaunchN), chains
@@ -466,19 +466,22 @@ static void bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     free_dev(d);
 }
 
-// Two products of one input in one launch (lbq::launch_pair, patch 0057: ggml-cuda's pairs of an AR step) against each
-// launched alone, fused: bit for bit at 1, 3 and 8 columns (random weights and activations, ggml's rows and stored by
-// unit, each shape's own plan). With `timed`, then the one-column pair against the two launched back to back (dependent
-// launch overlapping them, as in ggml's graph), by unit, L2 flushed before each run.
+// Two products of one input in one launch (lbq::launch_pair, patches 0057-0058: ggml-cuda's pairs of an AR step and a
+// verify) against each launched alone: bit for bit at every column count 1..32, fused (at most 8 columns) and staged
+// (random weights and activations, ggml's rows and stored by unit, each shape's own plan); a pair that does not fit the
+// GPU's shared memory (lbq::pair_fits) must refuse and write nothing, any other must run. With `timed`, then
+// the pair at one column (fused) and at 23 (staged) against the two launched back to back (dependent launch
+// overlapping them, as in ggml's graph), by unit, L2 flushed before each run.
 template <Kind KA, Kind KB>
 static int pair(int64_t ma, int64_t mb, int64_t kl, bool timed, std::mt19937 & rng) {
+    static_assert(KA != KB, "matrices of one kind go in one stack");
     const lbq::Plan pa = lbq::plan(int(ma), int(kl), g_n_sm), pb = lbq::plan(int(mb), int(kl), g_n_sm);
     const int64_t rba = packed_row_bytes(KA, kl), rbb = packed_row_bytes(KB, kl);
     const std::vector<uint8_t> wa = random_blocks(KA, ma, kl, rng), wb = random_blocks(KB, mb, kl, rng);
     Dev da = check_dev(wa, ma, kl), db = check_dev(wb, mb, kl);
-    da.part = alloc_part(pa, ma, lbq::kFusedMaxN);
-    db.part = alloc_part(pb, mb, lbq::kFusedMaxN);
-    std::vector<float> x(size_t(lbq::kFusedMaxN * kl));
+    da.part = alloc_part(pa, ma, lbq::kMaxN);
+    db.part = alloc_part(pb, mb, lbq::kMaxN);
+    std::vector<float> x(size_t(lbq::kMaxN * kl));
     std::normal_distribution<float> nd(0.0f, 1.0f);
     for (float & v : x) v = nd(rng);
     CK(cudaMemcpy(da.x, x.data(), x.size() * 4, cudaMemcpyHostToDevice));
@@ -488,36 +491,57 @@ static int pair(int64_t ma, int64_t mb, int64_t kl, bool timed, std::mt19937 & r
     CK(cudaMalloc(&ua, wua.size())); CK(cudaMalloc(&ub, wub.size()));
     CK(cudaMemcpy(ua, wua.data(), wua.size(), cudaMemcpyHostToDevice));
     CK(cudaMemcpy(ub, wub.data(), wub.size(), cudaMemcpyHostToDevice));
-    float * ya; float * yb;
-    CK(cudaMalloc(&ya, size_t(lbq::kFusedMaxN * ma * 4))); CK(cudaMalloc(&yb, size_t(lbq::kFusedMaxN * mb * 4)));
+    float * ya; float * yb;  // the pair's results (da.y and db.y hold each product's alone)
+    CK(cudaMalloc(&ya, size_t(lbq::kMaxN * ma * 4))); CK(cudaMalloc(&yb, size_t(lbq::kMaxN * mb * 4)));
+    uint2 * xpa; uint2 * xpb;
+    CK(cudaMalloc(&xpa, lbq::xp_halfs(int(kl), lbq::kMaxN) * 2)); CK(cudaMalloc(&xpb, lbq::xp_halfs(int(kl), lbq::kMaxN) * 2));
     unsigned int * t = alloc_tickets();
-    auto members = [&](bool unit, lbq::PairMember & a, lbq::PairMember & b) {
-        a = lbq::PairMember{unit ? ua : da.w, unit ? lbq::kByUnit : rba, int(ma), pa.split, ya, ma, da.part, t};
-        b = lbq::PairMember{unit ? ub : db.w, unit ? lbq::kByUnit : rbb, int(mb), pb.split, yb, mb, db.part,
-                            t + pa.split.tiles};
+    auto members = [&](bool unit, bool fused, lbq::PairMember & a, lbq::PairMember & b) {
+        a = lbq::PairMember{unit ? ua : da.w, unit ? lbq::kByUnit : rba, int(ma), pa.split, pa.cut(), ya, ma, da.part,
+                            fused ? t : nullptr, fused ? nullptr : xpa};
+        b = lbq::PairMember{unit ? ub : db.w, unit ? lbq::kByUnit : rbb, int(mb), pb.split, pb.cut(), yb, mb, db.part,
+                            fused ? t + pa.split.tiles : nullptr, fused ? nullptr : xpb};
     };
-    const char * names = KA == KB ? (KA == Kind::Q4_K ? "q4_K + q4_K" : "q6_K + q6_K")
-                                  : (KA == Kind::Q4_K ? "q4_K + q6_K" : "q6_K + q4_K");
+    const char * names = KA == Kind::Q4_K ? "q4_K + q6_K" : "q6_K + q4_K";
     int bad = 0;
-    for (int n : {1, 3, lbq::kFusedMaxN}) {
-        run(KA, pa, da, ma, kl, n, rba, true);
-        run(KB, pb, db, mb, kl, n, rbb, true);
-        std::vector<float> want_a(size_t(n * ma)), want_b(size_t(n * mb)), got_a(want_a.size()), got_b(want_b.size());
-        CK(cudaMemcpy(want_a.data(), da.y, want_a.size() * 4, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(want_b.data(), db.y, want_b.size() * 4, cudaMemcpyDeviceToHost));
-        for (bool unit : {false, true}) {
-            lbq::PairMember a, b;
-            members(unit, a, b);
-            CK(cudaMemset(ya, 0xff, size_t(n * ma * 4))); CK(cudaMemset(yb, 0xff, size_t(n * mb * 4)));
-            lbq::launch_pair<KA, KB>(a, b, da.x, kl, n, 0);
-            CK(cudaGetLastError());
-            CK(cudaMemcpy(got_a.data(), ya, got_a.size() * 4, cudaMemcpyDeviceToHost));
-            CK(cudaMemcpy(got_b.data(), yb, got_b.size() * 4, cudaMemcpyDeviceToHost));
-            const bool same = std::memcmp(got_a.data(), want_a.data(), got_a.size() * 4) == 0 &&
-                              std::memcmp(got_b.data(), want_b.data(), got_b.size() * 4) == 0;
-            std::printf("pair %s m=%lld+%lld k=%lld n=%d%s: %s\n", names, (long long)ma, (long long)mb, (long long)kl, n,
-                        unit ? " by unit" : "", same ? "ok (the bits of each launched alone)" : "FAIL");
-            bad += !same;
+    for (int n = 1; n <= lbq::kMaxN; ++n) {
+        for (bool fused : {true, false}) {
+            if (fused && n > lbq::kFusedMaxN) continue;
+            run(KA, pa, da, ma, kl, n, rba, fused);
+            run(KB, pb, db, mb, kl, n, rbb, fused);
+            std::vector<float> want_a(size_t(n * ma)), want_b(size_t(n * mb)), got_a(want_a.size()), got_b(want_b.size());
+            CK(cudaMemcpy(want_a.data(), da.y, want_a.size() * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(want_b.data(), db.y, want_b.size() * 4, cudaMemcpyDeviceToHost));
+            for (bool unit : {false, true}) {
+                lbq::PairMember a, b;
+                members(unit, fused, a, b);
+                CK(cudaMemset(ya, 0xff, size_t(n * ma * 4))); CK(cudaMemset(yb, 0xff, size_t(n * mb * 4)));
+                const bool fits = lbq::pair_fits<KA, KB>(n, fused, g_smem_limit);
+                const bool launched = lbq::launch_pair<KA, KB>(a, b, da.x, kl, n, int(kl), fused, g_smem_limit, 0);
+                CK(cudaGetLastError());
+                CK(cudaMemcpy(got_a.data(), ya, got_a.size() * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(got_b.data(), yb, got_b.size() * 4, cudaMemcpyDeviceToHost));
+                bool ok;
+                if (launched) {
+                    ok = std::memcmp(got_a.data(), want_a.data(), got_a.size() * 4) == 0 &&
+                         std::memcmp(got_b.data(), want_b.data(), got_b.size() * 4) == 0;
+                } else {  // refused: nothing written (every byte still 0xff)
+                    auto untouched = [](const std::vector<float> & v) {
+                        const uint8_t * p = reinterpret_cast<const uint8_t *>(v.data());
+                        return std::all_of(p, p + v.size() * 4, [](uint8_t c) { return c == 0xff; });
+                    };
+                    ok = untouched(got_a) && untouched(got_b);
+                }
+                ok = ok && launched == fits;
+                // every count at the 27B's shapes would flood the log: those and each failure
+                if (!ok || n == 1 || n == lbq::kFusedMaxN || n == 23 || n == lbq::kMaxN) {
+                    std::printf("pair %s m=%lld+%lld k=%lld n=%2d %s%s: %s\n", names, (long long)ma, (long long)mb,
+                                (long long)kl, n, fused ? "fused " : "staged", unit ? " by unit" : "",
+                                !ok ? "FAIL" : launched ? "ok (the bits of each launched alone)"
+                                                        : "ok (refused: the GPU's shared memory)");
+                }
+                bad += !ok;
+            }
         }
     }
     if (timed) {
@@ -525,20 +549,24 @@ static int pair(int64_t ma, int64_t mb, int64_t kl, bool timed, std::mt19937 & r
         auto flushed = [&](int it) { CK(cudaMemsetAsync(flush, it, fl)); };
         Dev ta = da, tb = db;
         ta.w = ua; tb.w = ub;
-        const float apart = best_ms(10, [&] {
-            run(KA, pa, ta, ma, kl, 1, lbq::kByUnit, true);
-            run(KB, pb, tb, mb, kl, 1, lbq::kByUnit, true);
-        }, flushed);
-        lbq::PairMember a, b;
-        members(true, a, b);
-        const float paired = best_ms(10, [&] { lbq::launch_pair<KA, KB>(a, b, da.x, kl, 1, 0); }, flushed);
         const double bytes = double(ma * rba + mb * rbb);
-        std::printf("bench pair %s m=%lld+%lld k=%lld n=1 by unit: apart %.1f us (%.0f GB/s), one launch %.1f us "
-                    "(%.0f GB/s)\n", names, (long long)ma, (long long)mb, (long long)kl, apart * 1e3,
-                    bytes / (apart * 1e-3) / 1e9, paired * 1e3, bytes / (paired * 1e-3) / 1e9);
+        for (int n : {1, 23}) {
+            const bool fused = n <= lbq::kFusedMaxN;
+            const float apart = best_ms(10, [&] {
+                run(KA, pa, ta, ma, kl, n, lbq::kByUnit, fused);
+                run(KB, pb, tb, mb, kl, n, lbq::kByUnit, fused);
+            }, flushed);
+            lbq::PairMember a, b;
+            members(true, fused, a, b);
+            const float paired = best_ms(10, [&] { lbq::launch_pair<KA, KB>(a, b, da.x, kl, n, int(kl), fused, g_smem_limit, 0); },
+                                         flushed);
+            std::printf("bench pair %s m=%lld+%lld k=%lld n=%2d by unit: apart %.1f us (%.0f GB/s), one launch %.1f us "
+                        "(%.0f GB/s)\n", names, (long long)ma, (long long)mb, (long long)kl, n, apart * 1e3,
+                        bytes / (apart * 1e-3) / 1e9, paired * 1e3, bytes / (paired * 1e-3) / 1e9);
+        }
         cudaFree(flush);
     }
-    cudaFree(ua); cudaFree(ub); cudaFree(ya); cudaFree(yb); cudaFree(t);
+    cudaFree(ua); cudaFree(ub); cudaFree(ya); cudaFree(yb); cudaFree(xpa); cudaFree(xpb); cudaFree(t);
     free_dev(da); free_dev(db);
     return bad;
 }
@@ -922,9 +950,11 @@ int main(int argc, char ** argv) {
     bad += check_glu(Kind::Q4_K, 200, 512, rng);
     bad += check_glu(Kind::Q6_K, 300, 2304, rng);
     bad += check_glu(Kind::Q4_K, 9000, 512, rng);
-    bad += pair<Kind::Q6_K, Kind::Q4_K>(300, 9000, 512, false, rng);  // tiles cut by the plans of both
-    bad += pair<Kind::Q4_K, Kind::Q4_K>(200, 64, 2560, false, rng);
-    bad += pair<Kind::Q6_K, Kind::Q6_K>(136, 130, 768, false, rng);
+    // which plans cut k (each shape's slot_plan): the second, the first, neither, both; a partial last tile each
+    bad += pair<Kind::Q6_K, Kind::Q4_K>(300, 9000, 512, false, rng);
+    bad += pair<Kind::Q4_K, Kind::Q6_K>(9000, 300, 512, false, rng);
+    bad += pair<Kind::Q4_K, Kind::Q6_K>(200, 130, 512, false, rng);
+    bad += pair<Kind::Q4_K, Kind::Q6_K>(200, 130, 2560, false, rng);
     bad += pairs(false);
     if (bad) { std::printf("FAILED: %d checks\n", bad); }
     if (argc > 1 && std::strcmp(argv[1], "check") == 0) {

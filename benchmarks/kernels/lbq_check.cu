@@ -329,6 +329,64 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
     return bad;
 }
 
+// Q4_K's dequantization as it was before patch 0059 (a byte permute of the masked nibbles a pair), for dequant_check.
+__device__ void dequant_q4k_prmt(const lbq::RowChunk<Kind::Q4_K> & rc, int w, int r, uint32_t & lo, uint32_t & hi) {
+    const uint32_t v = ((w == 0 ? rc.qs.x : rc.qs.y) >> (4 * r)) & 0x0f0f0f0fu;
+    const __half2 q02 = lbq::bytes_to_h2(v, 0x4240u);
+    const __half2 q13 = lbq::bytes_to_h2(v, 0x4341u);
+    lo = lbq::h2_bits(__hfma2(q02, rc.s[r], __hneg2(rc.o[r])));
+    hi = lbq::h2_bits(__hfma2(q13, rc.s[r], __hneg2(rc.o[r])));
+}
+
+// Thread i: a chunk of words (word i's bytes all i for i < 256: every byte value in every place; random past that) and
+// random f16 scale and min pairs (any bits but NaN / inf); counts the A-fragment words lbq::dequant and the former
+// way give differently, over both words and both nibble planes.
+__global__ void dequant_diff(const uint32_t * words, const uint32_t * scales, int n, unsigned * bad) {
+    const int i = int(blockIdx.x) * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    lbq::RowChunk<Kind::Q4_K> rc;
+    rc.qs = make_uint2(words[2 * i], words[2 * i + 1]);
+    for (int j = 0; j < 2; ++j) {
+        rc.s[j] = lbq::bits_h2(scales[4 * i + j]);
+        rc.o[j] = lbq::bits_h2(scales[4 * i + 2 + j]);
+    }
+    for (int w = 0; w < 2; ++w)
+        for (int r = 0; r < 2; ++r) {
+            uint32_t lo, hi, lo0, hi0;
+            lbq::dequant(rc, w, r, lo, hi);
+            dequant_q4k_prmt(rc, w, r, lo0, hi0);
+            if (lo != lo0 || hi != hi0) atomicAdd(bad, 1u);
+        }
+}
+
+static int dequant_check(std::mt19937 & rng) {
+    const int n = 1 << 20;
+    std::vector<uint32_t> words(size_t(2 * n)), scales(size_t(4 * n));
+    auto finite_half = [&] {  // any f16 bit pattern but the exponent 31 (inf, NaN)
+        uint16_t h;
+        do { h = uint16_t(rng()); } while ((h & 0x7c00u) == 0x7c00u);
+        return uint32_t(h);
+    };
+    for (int i = 0; i < n; ++i) {
+        words[size_t(2 * i)] = i < 256 ? uint32_t(i) * 0x01010101u : uint32_t(rng());
+        words[size_t(2 * i + 1)] = i < 256 ? uint32_t(255 - i) * 0x01010101u : uint32_t(rng());
+        for (int j = 0; j < 4; ++j) scales[size_t(4 * i + j)] = finite_half() | (finite_half() << 16);
+    }
+    uint32_t * dw, * ds; unsigned * dbad;
+    CK(cudaMalloc(&dw, words.size() * 4)); CK(cudaMalloc(&ds, scales.size() * 4)); CK(cudaMalloc(&dbad, 4));
+    CK(cudaMemcpy(dw, words.data(), words.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ds, scales.data(), scales.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dbad, 0, 4));
+    dequant_diff<<<(n + 255) / 256, 256>>>(dw, ds, n, dbad);
+    CK(cudaGetLastError());
+    unsigned bad = 0;
+    CK(cudaMemcpy(&bad, dbad, 4, cudaMemcpyDeviceToHost));
+    std::printf("check q4_K dequant (patch 0059's LOP3 against the former byte permutes): %d chunks x 4 k16-steps, "
+                "every byte value: %u differ: %s\n", n, bad, bad ? "FAIL" : "ok");
+    cudaFree(dw); cudaFree(ds); cudaFree(dbad);
+    return bad ? 1 : 0;
+}
+
 // The SwiGLU values as ggml's swiglu kernel forms them (unary_gated_op_kernel: op_silu(gate) * up), one a thread.
 __global__ void glu_apart(const float * gate, int64_t ldg, const float * up, int64_t ldu, int64_t kl, int n, float * x) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -351,6 +409,10 @@ static int check_glu(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     CK(cudaMalloc(&g_d, gate.size() * 4)); CK(cudaMalloc(&u_d, up.size() * 4));
     CK(cudaMemcpy(g_d, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(u_d, up.data(), up.size() * 4, cudaMemcpyHostToDevice));
+    // the weights stored by unit too (a Q4_K launch then reads its stages by bulk copies on sm_90: patch 0059)
+    const std::vector<uint8_t> wu = by_unit(k, w.data(), m, kl, row_bytes);
+    uint8_t * wu_d; CK(cudaMalloc(&wu_d, wu.size()));
+    CK(cudaMemcpy(wu_d, wu.data(), wu.size(), cudaMemcpyHostToDevice));
     int bad = 0;
     const lbq::Plan plans[2] = {lbq::plan(int(m), int(kl), g_n_sm), lbq::uniform_plan(int(m), int(kl), std::min(3, int(kl / 256)))};
     for (const lbq::Plan & plan : plans) {
@@ -373,17 +435,27 @@ static int check_glu(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
                 CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(y_glu.data(), d.y, y_glu.size() * 4, cudaMemcpyDeviceToHost));
                 const bool fused = lbq::fused(gs, ldg, int(m), n, d.tickets, lbq::Ups{u_d, ldu});
-                const bool ok = std::memcmp(y_apart.data(), y_glu.data(), y_glu.size() * 4) == 0;
+                bool ok = std::memcmp(y_apart.data(), y_glu.data(), y_glu.size() * 4) == 0;
+                CK(cudaMemset(d.y, 0xff, size_t(n * m * 4)));
+                if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(plan, wu_d, lbq::kByUnit, int(m), int(kl), gs, ldg, n, d.xp,
+                                                             d.part, d.tickets, d.y, m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
+                else lbq::launch<Kind::Q6_K>(plan, wu_d, lbq::kByUnit, int(m), int(kl), gs, ldg, n, d.xp, d.part,
+                                             d.tickets, d.y, m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
+                CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(y_glu.data(), d.y, y_glu.size() * 4, cudaMemcpyDeviceToHost));
+                const bool unit_ok = std::memcmp(y_apart.data(), y_glu.data(), y_glu.size() * 4) == 0;
+                ok = ok && unit_ok;
                 bad += !ok;
-                std::printf("check glu %s m=%lld k=%lld %s gates+%d n=%2d (%s): SwiGLU inside == apart: %s\n",
-                            k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, plan_label(plan).c_str(), shift,
-                            n, fused ? "fused" : "prepare_x", ok ? "ok" : "FAIL");
+                std::printf("check glu %s m=%lld k=%lld %s gates+%d n=%2d (%s): SwiGLU inside == apart: %s, stored by "
+                            "unit too: %s\n", k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl,
+                            plan_label(plan).c_str(), shift, n, fused ? "fused" : "prepare_x", ok ? "ok" : "FAIL",
+                            unit_ok ? "ok" : "FAIL");
             }
         }
         cudaFree(d.part);
         d.part = nullptr;
     }
-    cudaFree(g_d); cudaFree(u_d);
+    cudaFree(g_d); cudaFree(u_d); cudaFree(wu_d);
     free_dev(d);
     return bad;
 }
@@ -940,6 +1012,7 @@ int main(int argc, char ** argv) {
         return 0;
     }
     int bad = 0;
+    bad += dequant_check(rng);
     bad += check(Kind::Q4_K, 200, 512, 0, rng);    // a partial last block of rows
     bad += check(Kind::Q4_K, 64, 2560, 0, rng);
     bad += check(Kind::Q6_K, 136, 768, 0, rng);

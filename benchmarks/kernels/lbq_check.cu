@@ -409,7 +409,7 @@ static int check_glu(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     CK(cudaMalloc(&g_d, gate.size() * 4)); CK(cudaMalloc(&u_d, up.size() * 4));
     CK(cudaMemcpy(g_d, gate.data(), gate.size() * 4, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(u_d, up.data(), up.size() * 4, cudaMemcpyHostToDevice));
-    // the weights stored by unit too (a Q4_K launch then reads its stages by bulk copies on sm_90: patch 0059)
+    // the weights stored by unit too (how the engine stores lbq's matrices)
     const std::vector<uint8_t> wu = by_unit(k, w.data(), m, kl, row_bytes);
     uint8_t * wu_d; CK(cudaMalloc(&wu_d, wu.size()));
     CK(cudaMemcpy(wu_d, wu.data(), wu.size(), cudaMemcpyHostToDevice));
@@ -435,7 +435,7 @@ static int check_glu(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
                 CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(y_glu.data(), d.y, y_glu.size() * 4, cudaMemcpyDeviceToHost));
                 const bool fused = lbq::fused(gs, ldg, int(m), n, d.tickets, lbq::Ups{u_d, ldu});
-                bool ok = std::memcmp(y_apart.data(), y_glu.data(), y_glu.size() * 4) == 0;
+                const bool rows_ok = std::memcmp(y_apart.data(), y_glu.data(), y_glu.size() * 4) == 0;
                 CK(cudaMemset(d.y, 0xff, size_t(n * m * 4)));
                 if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(plan, wu_d, lbq::kByUnit, int(m), int(kl), gs, ldg, n, d.xp,
                                                              d.part, d.tickets, d.y, m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
@@ -444,11 +444,10 @@ static int check_glu(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
                 CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(y_glu.data(), d.y, y_glu.size() * 4, cudaMemcpyDeviceToHost));
                 const bool unit_ok = std::memcmp(y_apart.data(), y_glu.data(), y_glu.size() * 4) == 0;
-                ok = ok && unit_ok;
-                bad += !ok;
+                bad += !(rows_ok && unit_ok);
                 std::printf("check glu %s m=%lld k=%lld %s gates+%d n=%2d (%s): SwiGLU inside == apart: %s, stored by "
                             "unit too: %s\n", k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl,
-                            plan_label(plan).c_str(), shift, n, fused ? "fused" : "prepare_x", ok ? "ok" : "FAIL",
+                            plan_label(plan).c_str(), shift, n, fused ? "fused" : "prepare_x", rows_ok ? "ok" : "FAIL",
                             unit_ok ? "ok" : "FAIL");
             }
         }

@@ -94,6 +94,25 @@ __device__ __forceinline__ void bulk_copy(void * dst, const void * src, unsigned
 #endif
 }
 
+// The stages' barriers, each expecting one arrival (the copy's expect_tx) a phase, before any thread uses them
+template <int S> __device__ __forceinline__ void init_stages(uint64_t (&full)[S]) {
+    if (threadIdx.x == 0) {
+        for (int i = 0; i < S; ++i) mbar_init(&full[i], 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+}
+
+// This thread's share of a stage of n 16-byte pieces, folded into a checksum (so the copies are used)
+__device__ __forceinline__ unsigned stage_checksum(const uint8_t * sb, int n) {
+    unsigned sum = 0;
+    for (int j = threadIdx.x; j < n; j += kThreads) {
+        const uint4 v = *reinterpret_cast<const uint4 *>(sb + 16 * j);
+        sum ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    return sum;
+}
+
 template <int S>
 __global__ void __launch_bounds__(kThreads) stream_bulk(const uint8_t * __restrict__ w, int64_t units, int per_stage,
                                                         int workers, unsigned * out) {
@@ -102,11 +121,7 @@ __global__ void __launch_bounds__(kThreads) stream_bulk(const uint8_t * __restri
     const int stage_bytes = kStageBytes * per_stage;
     const int64_t chunks = (units + per_stage - 1) / per_stage;  // a chunk: per_stage units, one bulk copy
     const int64_t c0 = blockIdx.x * chunks / workers, c1 = (blockIdx.x + 1) * chunks / workers;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < S; ++i) mbar_init(&full[i], 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    init_stages(full);
     auto load = [&](int64_t c) {
         const int st = int(c % S);
         const int64_t u = c * per_stage;
@@ -124,10 +139,7 @@ __global__ void __launch_bounds__(kThreads) stream_bulk(const uint8_t * __restri
         const uint8_t * sb = smem + st * stage_bytes;
         const int64_t left = units - c * per_stage;
         const int n = int(left < per_stage ? left : per_stage) * kStageBytes / 16;
-        for (int i = threadIdx.x; i < n; i += kThreads) {
-            const uint4 v = *reinterpret_cast<const uint4 *>(sb + 16 * i);
-            sum ^= v.x ^ v.y ^ v.z ^ v.w;
-        }
+        sum ^= stage_checksum(sb, n);
         __syncthreads();  // stage st read by every thread: it may be written again
         if (threadIdx.x == 0 && c + S < c1) load(c + S);
     }
@@ -137,18 +149,14 @@ __global__ void __launch_bounds__(kThreads) stream_bulk(const uint8_t * __restri
 // As stream_bulk, but the units are not dealt out before the launch: a block claims its next unit (a counter in
 // memory, one atomic a unit) when a stage frees, so a block that streams faster takes more units and all blocks end
 // within about one unit of each other. The bound on what a product's tail costs: a product's blocks end 3-5 us apart
-// on fixed ranges (lbq_check trace), and lbq's claimed ranges lost to their partial sums (twenty-first session).
+// on fixed ranges (lbq_check trace), and lbq's claimed ranges lost to their partial sums (nineteenth session).
 template <int S>
 __global__ void __launch_bounds__(kThreads) stream_claim(const uint8_t * __restrict__ w, int64_t units,
                                                          unsigned long long * next, unsigned * out) {
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ uint64_t full[S];
     __shared__ long long claimed[S];
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < S; ++i) mbar_init(&full[i], 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    init_stages(full);
     auto load = [&](int st) {  // thread 0: claim a unit for stage st, or mark the stage as the end
         const long long u = (long long) atomicAdd(next, 1ull);
         claimed[st] = u < units ? u : -1;
@@ -168,10 +176,7 @@ __global__ void __launch_bounds__(kThreads) stream_claim(const uint8_t * __restr
         mbar_wait(&full[st], unsigned((i / S) & 1));
         if (claimed[st] < 0) break;
         const uint8_t * sb = smem + st * kStageBytes;
-        for (int j = threadIdx.x; j < kStageBytes / 16; j += kThreads) {
-            const uint4 v = *reinterpret_cast<const uint4 *>(sb + 16 * j);
-            sum ^= v.x ^ v.y ^ v.z ^ v.w;
-        }
+        sum ^= stage_checksum(sb, kStageBytes / 16);
         __syncthreads();
         if (threadIdx.x == 0) load(st);
     }
@@ -212,11 +217,7 @@ template <int S>
 __global__ void __launch_bounds__(kThreads) chain_persistent(const ChainArgs a) {
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ uint64_t full[S];
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < S; ++i) mbar_init(&full[i], 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    init_stages(full);
     // a cursor over this block's units of every product in turn: (product, unit)
     struct Cursor { int p; int64_t u, hi; };
     auto range = [&](int p, int64_t & lo, int64_t & hi) {
@@ -253,10 +254,7 @@ __global__ void __launch_bounds__(kThreads) chain_persistent(const ChainArgs a) 
         const int st = int(i % S);
         mbar_wait(&full[st], unsigned((i / S) & 1));
         const uint8_t * sb = smem + st * kStageBytes;
-        for (int j = threadIdx.x; j < kStageBytes / 16; j += kThreads) {
-            const uint4 v = *reinterpret_cast<const uint4 *>(sb + 16 * j);
-            sum ^= v.x ^ v.y ^ v.z ^ v.w;
-        }
+        sum ^= stage_checksum(sb, kStageBytes / 16);
         __syncthreads();
         if (ld.p < a.n_prod) {
             if (threadIdx.x == 0) load(issued);
@@ -278,11 +276,7 @@ __global__ void __launch_bounds__(kThreads) chain_launch(const uint8_t * __restr
     extern __shared__ __align__(16) uint8_t smem[];
     __shared__ uint64_t full[S];
     const int64_t u0 = u_lo + blockIdx.x * units / gridDim.x, u1 = u_lo + (blockIdx.x + 1) * units / gridDim.x;
-    if (threadIdx.x == 0) {
-        for (int i = 0; i < S; ++i) mbar_init(&full[i], 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
-    __syncthreads();
+    init_stages(full);
     auto load = [&](int64_t u) {
         const int st = int(u % S);
         mbar_expect(&full[st], kStageBytes);
@@ -303,10 +297,7 @@ __global__ void __launch_bounds__(kThreads) chain_launch(const uint8_t * __restr
             do { asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t)); } while (t - t0 < (unsigned long long) spin_ns);
         }
         const uint8_t * sb = smem + st * kStageBytes;
-        for (int j = threadIdx.x; j < kStageBytes / 16; j += kThreads) {
-            const uint4 v = *reinterpret_cast<const uint4 *>(sb + 16 * j);
-            sum ^= v.x ^ v.y ^ v.z ^ v.w;
-        }
+        sum ^= stage_checksum(sb, kStageBytes / 16);
         __syncthreads();
         if (threadIdx.x == 0 && u + S < u1) load(u + S);
     }
@@ -347,8 +338,9 @@ template <class F> static float best_ms(F && fn, void * flush, size_t flush_byte
 }
 
 // `stream_probe chain`: 8 copies of a DeltaNet layer's Q4_K products by unit (in|z|b|a 16480 x 5120, out 5120 x 6144,
-// gate|up 34816 x 5120, down 5120 x 17408: 215.6 MB a layer, 1.7 GB in all, past L2), streamed as launches and as one
-// persistent grid, each at 3 stages x 2 blocks an SM (lbq's Q4_K pipeline) and at 4.
+// gate|up 34816 x 5120, down 5120 x 17408: 215.6 MB a layer, 1.7 GB in all, past L2), streamed as launches (shared
+// memory padded so that 2-6 blocks fit an SM; then with a unit's work stood in by a wait) and as one persistent grid,
+// at 2 blocks an SM and 2-6 stages. STREAM_PROBE_SPIN_ONLY=1 stops after the waits.
 static int chain_main(int n_sm) {
     const int64_t layer_rows[4] = {16480, 5120, 34816, 5120}, layer_row_bytes[4] = {2880, 3456, 2880, 9792};
     const int n_layers = 8, n_prod = 4 * n_layers;

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90a, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
-#                                                serverbench attnprof ab lbqprof lbqprefprof stock patchab
-#                                                libab wgmma probe attn depth all (default: all)
+#                                                serverbench attnprof ab lbqprof lbqprefprof lbqsass stock
+#                                                patchab libab wgmma probe attn depth all (default: all)
 # LUCEBOX_CUDA_ARCHS: the architecture the build and stock stages compile for (default 90a: Hopper-only
 # instructions such as wgmma, the invariant attention's H100 path; 90 leaves them out).
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
@@ -317,6 +317,20 @@ stage_lbqprof() {
         "$OUT/lbq_ncu.txt" | head -120
 }
 
+# The instruction mix of lbq's unit loop (benchmarks/device/sass_mix.py: by opcode and by pipe) in the decode kernels
+# lbq_check compiles: the fused one-column Q4_K and Q6_K launches, the staged ones of 3 n-tiles (a verify's 23
+# columns). No GPU work: cuobjdump reads the binary. (The one-column product is bound by the ALU pipe, NOTES.)
+stage_lbqsass() {
+    log "SASS mix of lbq's unit loop (lbq_check, cuobjdump)"
+    [ -x "$WORK/lbq_check" ] || build_lbq_check || return 1
+    cuobjdump -sass "$WORK/lbq_check" >"$WORK/lbq_check.sass" || return 1
+    local k
+    for k in gemmILNS_4KindE0ELi1ELb1ELi3ELb0ELb0EEEv gemmILNS_4KindE1ELi1ELb1ELi2ELb0ELb0EEEv \
+        gemmILNS_4KindE0ELi3ELb0ELi3ELb0ELb0EEEv gemmILNS_4KindE1ELi3ELb0ELi2ELb0ELb0EEEv; do
+        python3 benchmarks/device/sass_mix.py "$k" <"$WORK/lbq_check.sass"
+    done | tee "$OUT/lbq_sass_mix.txt"
+}
+
 stage_lbqprefprof() {
     log "Nsight Compute on lbq's prefill products at kMaxLaunchN columns (lbq_check profile_prefill)"
     [ -x "$WORK/lbq_check" ] || build_lbq_check || return 1
@@ -444,7 +458,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|stock|wgmma|probe) "stage_$s" || rc=1 ;;
+        build|kernels|stock|wgmma|probe|lbqsass) "stage_$s" || rc=1 ;;
         mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|patchab|libab|attn|depth)
             # attn and attnprof run attn_check alone (LUCEBOX_BUILD_TARGETS=attn_check builds just that)
             need="$BUILD/liblucebox.so"

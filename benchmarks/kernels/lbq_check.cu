@@ -427,23 +427,20 @@ static int check_glu(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
                 run(k, plan, d, m, kl, n, row_bytes, true);
                 CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(y_apart.data(), d.y, y_apart.size() * 4, cudaMemcpyDeviceToHost));
-                CK(cudaMemset(d.y, 0xff, size_t(n * m * 4)));
-                if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(plan, d.w, row_bytes, int(m), int(kl), gs, ldg, n, d.xp, d.part,
-                                                             d.tickets, d.y, m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
-                else lbq::launch<Kind::Q6_K>(plan, d.w, row_bytes, int(m), int(kl), gs, ldg, n, d.xp, d.part, d.tickets, d.y,
-                                             m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
-                CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
-                CK(cudaMemcpy(y_glu.data(), d.y, y_glu.size() * 4, cudaMemcpyDeviceToHost));
+                // the product of the SwiGLU's inputs with the weights at w (row_bytes apart, or by unit) equals y_apart
+                auto same_as_apart = [&](const uint8_t * w, int64_t rb) {
+                    CK(cudaMemset(d.y, 0xff, size_t(n * m * 4)));
+                    if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(plan, w, rb, int(m), int(kl), gs, ldg, n, d.xp, d.part,
+                                                                 d.tickets, d.y, m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
+                    else lbq::launch<Kind::Q6_K>(plan, w, rb, int(m), int(kl), gs, ldg, n, d.xp, d.part, d.tickets, d.y,
+                                                 m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
+                    CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
+                    CK(cudaMemcpy(y_glu.data(), d.y, y_glu.size() * 4, cudaMemcpyDeviceToHost));
+                    return std::memcmp(y_apart.data(), y_glu.data(), y_glu.size() * 4) == 0;
+                };
                 const bool fused = lbq::fused(gs, ldg, int(m), n, d.tickets, lbq::Ups{u_d, ldu});
-                const bool rows_ok = std::memcmp(y_apart.data(), y_glu.data(), y_glu.size() * 4) == 0;
-                CK(cudaMemset(d.y, 0xff, size_t(n * m * 4)));
-                if (k == Kind::Q4_K) lbq::launch<Kind::Q4_K>(plan, wu_d, lbq::kByUnit, int(m), int(kl), gs, ldg, n, d.xp,
-                                                             d.part, d.tickets, d.y, m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
-                else lbq::launch<Kind::Q6_K>(plan, wu_d, lbq::kByUnit, int(m), int(kl), gs, ldg, n, d.xp, d.part,
-                                             d.tickets, d.y, m, g_smem_limit, 0, lbq::Ups{u_d, ldu});
-                CK(cudaGetLastError()); CK(cudaDeviceSynchronize());
-                CK(cudaMemcpy(y_glu.data(), d.y, y_glu.size() * 4, cudaMemcpyDeviceToHost));
-                const bool unit_ok = std::memcmp(y_apart.data(), y_glu.data(), y_glu.size() * 4) == 0;
+                const bool rows_ok = same_as_apart(d.w, row_bytes);
+                const bool unit_ok = same_as_apart(wu_d, lbq::kByUnit);
                 bad += !(rows_ok && unit_ok);
                 std::printf("check glu %s m=%lld k=%lld %s gates+%d n=%2d (%s): SwiGLU inside == apart: %s, stored by "
                             "unit too: %s\n", k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl,

@@ -375,32 +375,36 @@ static int chain_main(int n_sm) {
         std::printf("chain %-44s %d stages, 2 blocks an SM: %7.1f us a layer  %6.0f GB/s\n", what, stages,
                     ms * 1e3 / n_layers, bytes / (ms * 1e-3) / 1e9);
     };
+    // the chain as a CUDA graph of a launch a product (2 blocks an SM's worth, smem bytes each), with dependent launch
+    // or without, each unit held spin_ns: its best time
+    auto time_launches = [&](auto launch_kernel, int smem, bool pdl, int spin_ns) {
+        cudaGraph_t g; cudaGraphExec_t ge;
+        CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
+        for (int p = 0; p < n_prod; ++p) {
+            cudaLaunchConfig_t cfg = {};
+            cfg.gridDim = dim3(2 * n_sm); cfg.blockDim = dim3(kThreads); cfg.dynamicSmemBytes = size_t(smem);
+            cfg.stream = st;
+            cudaLaunchAttribute attr[1];
+            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+            attr[0].val.programmaticStreamSerializationAllowed = 1;
+            cfg.attrs = attr; cfg.numAttrs = pdl ? 1 : 0;
+            CHECK(cudaLaunchKernelEx(&cfg, launch_kernel, static_cast<const uint8_t *>(w), first[p],
+                                     first[p + 1] - first[p], out, spin_ns));
+        }
+        CHECK(cudaStreamEndCapture(st, &g));
+        CHECK(cudaGraphInstantiate(&ge, g, 0));
+        const float ms = time_ms([&] { CHECK(cudaGraphLaunch(ge, st)); });
+        CHECK(cudaGraphExecDestroy(ge)); CHECK(cudaGraphDestroy(g));
+        return ms;
+    };
     auto run = [&](auto launch_kernel, auto persistent_kernel, int stages) {
         const int smem = stages * kStageBytes, grid = 2 * n_sm;
         CHECK(cudaFuncSetAttribute(launch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         CHECK(cudaFuncSetAttribute(persistent_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         int fit = 0;
         CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, persistent_kernel, kThreads, size_t(smem)));
-        for (int pdl = 0; pdl < 2; ++pdl) {  // launches: without and with dependent launch
-            cudaGraph_t g; cudaGraphExec_t ge;
-            CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-            for (int p = 0; p < n_prod; ++p) {
-                cudaLaunchConfig_t cfg = {};
-                cfg.gridDim = dim3(grid); cfg.blockDim = dim3(kThreads); cfg.dynamicSmemBytes = size_t(smem);
-                cfg.stream = st;
-                cudaLaunchAttribute attr[1];
-                attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                attr[0].val.programmaticStreamSerializationAllowed = 1;
-                cfg.attrs = attr; cfg.numAttrs = pdl;
-                CHECK(cudaLaunchKernelEx(&cfg, launch_kernel, static_cast<const uint8_t *>(w), first[p],
-                                         first[p + 1] - first[p], out, 0));
-            }
-            CHECK(cudaStreamEndCapture(st, &g));
-            CHECK(cudaGraphInstantiate(&ge, g, 0));
-            report(pdl ? "a launch a product, dependent launch" : "a launch a product", stages,
-                   time_ms([&] { CHECK(cudaGraphLaunch(ge, st)); }));
-            CHECK(cudaGraphExecDestroy(ge)); CHECK(cudaGraphDestroy(g));
-        }
+        report("a launch a product", stages, time_launches(launch_kernel, smem, false, 0));
+        report("a launch a product, dependent launch", stages, time_launches(launch_kernel, smem, true, 0));
         if (fit < 2) {
             std::printf("chain persistent, %d stages: %d blocks fit an SM, not 2 (skipped)\n", stages, fit);
             return;
@@ -419,26 +423,10 @@ static int chain_main(int n_sm) {
         CHECK(cudaFuncSetAttribute(launch_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         int fit = 0;
         CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&fit, launch_kernel, kThreads, size_t(smem)));
-        cudaGraph_t g; cudaGraphExec_t ge;
-        CHECK(cudaStreamBeginCapture(st, cudaStreamCaptureModeGlobal));
-        for (int p = 0; p < n_prod; ++p) {
-            cudaLaunchConfig_t cfg = {};
-            cfg.gridDim = dim3(2 * n_sm); cfg.blockDim = dim3(kThreads); cfg.dynamicSmemBytes = size_t(smem);
-            cfg.stream = st;
-            cudaLaunchAttribute attr[1];
-            attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-            attr[0].val.programmaticStreamSerializationAllowed = 1;
-            cfg.attrs = attr; cfg.numAttrs = 1;
-            CHECK(cudaLaunchKernelEx(&cfg, launch_kernel, static_cast<const uint8_t *>(w), first[p],
-                                     first[p + 1] - first[p], out, spin_ns));
-        }
-        CHECK(cudaStreamEndCapture(st, &g));
-        CHECK(cudaGraphInstantiate(&ge, g, 0));
-        const float ms = time_ms([&] { CHECK(cudaGraphLaunch(ge, st)); });
+        const float ms = time_launches(launch_kernel, smem, true, spin_ns);
         std::printf("chain a launch a product, dependent launch, %d stages, %3d KB of shared memory a block: %d fit an SM, "
                     "%4d ns a unit's work: %7.1f us a layer  %6.0f GB/s\n", stages, smem / 1024, fit, spin_ns,
                     ms * 1e3 / n_layers, bytes / (ms * 1e-3) / 1e9);
-        CHECK(cudaGraphExecDestroy(ge)); CHECK(cudaGraphDestroy(g));
     };
     for (int smem_kb : {54, 60, 72, 80, 100}) run_fit(chain_launch<3>, 3, smem_kb * 1024);
     for (int smem_kb : {36, 54, 72, 100}) run_fit(chain_launch<2>, 2, smem_kb * 1024);

@@ -37,6 +37,14 @@ def test_the_loop_runs_from_the_barrier_before_the_first_mma_to_the_branch_after
     assert whole.startswith("13 instructions")
 
 
+def test_list_writes_the_loops_instruction_lines(tmp_path):
+    ops = ["LDC", "BAR.SYNC", "LOP3.LUT", "HMMA.16816.F32", "BRA", "EXIT"]
+    dest = tmp_path / "loop.sass"
+    run(listing("_ZN3foo6kernelEv", ops), "kernel", "--list", str(dest))
+    lines = dest.read_text().splitlines()
+    assert [line.split()[1] for line in lines] == ["BAR.SYNC", "LOP3.LUT", "HMMA.16816.F32", "BRA"]
+
+
 def test_a_function_without_the_anchor_has_no_loop_and_an_unknown_name_fails():
     text = listing("_ZN3foo6kernelEv", ["LDC", "STG.E", "EXIT"])
     assert "no HMMA in it" in run(text, "kernel").stdout

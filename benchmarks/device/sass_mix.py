@@ -40,20 +40,21 @@ def pipe(op: str) -> str:
 
 
 def functions(lines):
-    """(mangled name, [opcode, ...]) for each function of the listing, instructions in address order."""
-    name, ops = None, []
+    """(mangled name, [opcode, ...], [line, ...]) for each function of the listing, instructions in address order."""
+    name, ops, text = None, [], []
     for line in lines:
         m = FUNCTION.match(line)
         if m:
             if name is not None:
-                yield name, ops
-            name, ops = m.group(1), []
+                yield name, ops, text
+            name, ops, text = m.group(1), [], []
             continue
         m = INSTRUCTION.match(line)
         if m and name is not None:
             ops.append(m.group(1))
+            text.append(line.strip())
     if name is not None:
-        yield name, ops
+        yield name, ops, text
 
 
 def loop_range(ops, anchor: str):
@@ -78,9 +79,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("regex", help="a pattern of the function's mangled name")
     ap.add_argument("--anchor", default="HMMA", help="the opcode the loop is found around (default HMMA)")
+    ap.add_argument("--list", metavar="FILE", help="also write the loop's instructions there (to read what they do)")
     args = ap.parse_args()
     pattern = re.compile(args.regex)
-    for name, ops in functions(sys.stdin):
+    for name, ops, text in functions(sys.stdin):
         if not pattern.search(name):
             continue
         print(name)
@@ -91,6 +93,9 @@ def main() -> None:
         else:
             print(f"  loop ({r[1] - r[0]} instructions from the barrier before the first {args.anchor} to the branch "
                   f"after the last): {mix(ops[r[0]:r[1]])}")
+            if args.list:
+                with open(args.list, "w") as f:
+                    f.write("\n".join(text[r[0]:r[1]]) + "\n")
         return
     sys.exit(f"sass_mix: no function matches {args.regex!r}")
 

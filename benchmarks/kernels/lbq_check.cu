@@ -72,6 +72,13 @@ using lbq::Kind;
 static float h2f(uint16_t h) { __half_raw r; r.x = h; return __half2float(__half(r)); }
 static uint16_t f2h(float f) { __half h = __float2half_rn(f); return __half_raw(h).x; }
 
+// FNV-1a over bytes: `check` prints its results' digest, so that two builds' lines show whether a change kept the bits
+static uint64_t fnv1a(const void * data, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; ++i) h = (h ^ static_cast<const uint8_t *>(data)[i]) * 1099511628211ull;
+    return h;
+}
+
 static int block_bytes(Kind k) { return k == Kind::Q4_K ? lbq::kQ4KBytes : lbq::kQ6KBytes; }
 // a row of kl weights in ggml's block layout, unpadded
 static int64_t packed_row_bytes(Kind k, int64_t kl) { return kl / 256 * block_bytes(k); }
@@ -315,11 +322,13 @@ static int check(Kind k, int64_t m, int64_t kl, int64_t row_pad, std::mt19937 & 
             const bool ok = rel < 3e-3 && inv && same_paths && std::isfinite(rel);
             bad += !ok;
             std::printf("check %s m=%lld k=%lld row+%lld %s n=%2d%s%s%s: max rel err %.2e, column 0 bitwise equal to "
-                        "n=1: %s, fused == separate (and wide folded == through memory, == stored by unit): %s %s\n",
+                        "n=1: %s, fused == separate (and wide folded == through memory, == stored by unit): %s %s"
+                        " (bits %016llx)\n",
                         k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, (long long)row_pad,
                         plan_label(plan).c_str(), n,
                         n > lbq::kMaxN ? " (" : "", n > lbq::kMaxN ? launch_kind(k, plan, m, n) : "", n > lbq::kMaxN ? ")" : "",
-                        rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO", ok ? "ok" : "FAIL");
+                        rel, inv ? "yes" : "NO", same_paths ? "yes" : "NO", ok ? "ok" : "FAIL",
+                        (unsigned long long)fnv1a(y.data(), y.size() * 4));
         }
         cudaFree(d.part);
         d.part = nullptr;

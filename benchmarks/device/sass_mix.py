@@ -1,6 +1,6 @@
 """The instruction mix of one kernel's main loop in `cuobjdump -sass` output, by opcode and by pipe.
 
-    cuobjdump -sass BINARY | python3 benchmarks/device/sass_mix.py REGEX [--anchor OPCODE]
+    cuobjdump -sass BINARY | python3 benchmarks/device/sass_mix.py REGEX [--anchor OPCODE] [--list FILE]
 
 REGEX picks the function (the first whose mangled name it matches). The loop is taken as the instructions from the
 last block barrier or async-copy wait (BAR, DEPBAR) before the first ANCHOR instruction (default HMMA) to the first

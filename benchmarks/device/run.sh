@@ -319,7 +319,7 @@ stage_lbqprof() {
 
 # The instruction mix of lbq's unit loop (benchmarks/device/sass_mix.py: by opcode and by pipe) in the decode kernels
 # lbq_check compiles: the fused one-column Q4_K and Q6_K launches, the staged ones of 3 n-tiles (a verify's 23
-# columns). No GPU work: cuobjdump reads the binary. (The one-column product is bound by the ALU pipe, NOTES.)
+# columns). No GPU work: cuobjdump reads the binary. (Shorter unit loops made the one-column product faster, NOTES.)
 stage_lbqsass() {
     log "SASS mix of lbq's unit loop (lbq_check, cuobjdump)"
     [ -x "$WORK/lbq_check" ] || build_lbq_check || return 1

@@ -5,8 +5,9 @@
 REGEX picks the function (the first whose mangled name it matches). The loop is taken as the instructions from the
 last block barrier or async-copy wait (BAR, DEPBAR) before the first ANCHOR instruction (default HMMA) to the first
 branch after the last one: for lbq's gemm, one unit's wait, refill and arithmetic. Static counts (a branch inside
-the range is counted whole). Why: the forty-second session found lbq's one-column product bound by the integer (ALU)
-pipe; these counts say where a change moves instructions between pipes before any timing.
+the range is counted whole). Why: lbq's one-column product runs faster as its unit loop gets shorter (sessions 42-43:
+a warp's chain of dependent instructions paces it); these counts say what a change removes, and from which pipe,
+before any timing.
 
 The pipe of an opcode follows NVIDIA's public descriptions of sm_80 / sm_90 and is approximate (IMAD runs on the FMA
 pipe; MOV, VIADD may issue to either).
@@ -40,21 +41,20 @@ def pipe(op: str) -> str:
 
 
 def functions(lines):
-    """(mangled name, [opcode, ...], [line, ...]) for each function of the listing, instructions in address order."""
-    name, ops, text = None, [], []
+    """(mangled name, [(opcode, line), ...]) for each function of the listing, instructions in address order."""
+    name, instructions = None, []
     for line in lines:
         m = FUNCTION.match(line)
         if m:
             if name is not None:
-                yield name, ops, text
-            name, ops, text = m.group(1), [], []
+                yield name, instructions
+            name, instructions = m.group(1), []
             continue
         m = INSTRUCTION.match(line)
         if m and name is not None:
-            ops.append(m.group(1))
-            text.append(line.strip())
+            instructions.append((m.group(1), line.strip()))
     if name is not None:
-        yield name, ops, text
+        yield name, instructions
 
 
 def loop_range(ops, anchor: str):
@@ -82,9 +82,10 @@ def main() -> None:
     ap.add_argument("--list", metavar="FILE", help="also write the loop's instructions there (to read what they do)")
     args = ap.parse_args()
     pattern = re.compile(args.regex)
-    for name, ops, text in functions(sys.stdin):
+    for name, instructions in functions(sys.stdin):
         if not pattern.search(name):
             continue
+        ops = [op for op, _ in instructions]
         print(name)
         print(f"  whole function: {mix(ops)}")
         r = loop_range(ops, args.anchor)
@@ -95,7 +96,7 @@ def main() -> None:
                   f"after the last): {mix(ops[r[0]:r[1]])}")
             if args.list:
                 with open(args.list, "w") as f:
-                    f.write("\n".join(text[r[0]:r[1]]) + "\n")
+                    f.write("\n".join(line for _, line in instructions[r[0]:r[1]]) + "\n")
         return
     sys.exit(f"sass_mix: no function matches {args.regex!r}")
 

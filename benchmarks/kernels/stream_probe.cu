@@ -87,7 +87,9 @@ __device__ __forceinline__ void mbar_wait(uint64_t * bar, unsigned parity) {
         "W: mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
         " @!p bra W;\n}\n" ::"r"(smem_addr(bar)), "r"(parity) : "memory");
 }
-__device__ __forceinline__ void bulk_copy(void * dst, const void * src, unsigned bytes, uint64_t * bar) {
+// bytes from src into dst by the bulk copy engine, counted into the barrier bar (which then expects them)
+__device__ __forceinline__ void bulk_load(uint64_t * bar, void * dst, const void * src, unsigned bytes) {
+    mbar_expect(bar, bytes);
 #ifdef STREAM_PROBE_BULK
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n"
                  ::"r"(smem_addr(dst)), "l"(src), "r"(bytes), "r"(smem_addr(bar)) : "memory");
@@ -126,8 +128,7 @@ __global__ void __launch_bounds__(kThreads) stream_bulk(const uint8_t * __restri
         const int st = int(c % S);
         const int64_t u = c * per_stage;
         const unsigned bytes = unsigned((units - u < per_stage ? units - u : per_stage) * kStageBytes);
-        mbar_expect(&full[st], bytes);
-        bulk_copy(smem + st * stage_bytes, w + u * kStageBytes, bytes, &full[st]);
+        bulk_load(&full[st], smem + st * stage_bytes, w + u * kStageBytes, bytes);
     };
     if (threadIdx.x == 0) {
         for (int64_t c = c0; c < c1 && c < c0 + S; ++c) load(c);
@@ -161,8 +162,7 @@ __global__ void __launch_bounds__(kThreads) stream_claim(const uint8_t * __restr
         const long long u = (long long) atomicAdd(next, 1ull);
         claimed[st] = u < units ? u : -1;
         if (u < units) {
-            mbar_expect(&full[st], kStageBytes);
-            bulk_copy(smem + st * kStageBytes, w + u * kStageBytes, kStageBytes, &full[st]);
+            bulk_load(&full[st], smem + st * kStageBytes, w + u * kStageBytes, kStageBytes);
         } else {
             asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(&full[st])) : "memory");
         }
@@ -236,8 +236,7 @@ __global__ void __launch_bounds__(kThreads) chain_persistent(const ChainArgs a) 
     use = ld;
     auto load = [&](int64_t i) {  // thread 0: the load cursor's unit into stage i % S
         const int st = int(i % S);
-        mbar_expect(&full[st], kStageBytes);
-        bulk_copy(smem + st * kStageBytes, a.w + ld.u * kStageBytes, kStageBytes, &full[st]);
+        bulk_load(&full[st], smem + st * kStageBytes, a.w + ld.u * kStageBytes, kStageBytes);
         ++ld.u;
         settle(ld);
     };
@@ -279,8 +278,7 @@ __global__ void __launch_bounds__(kThreads) chain_launch(const uint8_t * __restr
     init_stages(full);
     auto load = [&](int64_t u) {
         const int st = int(u % S);
-        mbar_expect(&full[st], kStageBytes);
-        bulk_copy(smem + st * kStageBytes, w + u * kStageBytes, kStageBytes, &full[st]);
+        bulk_load(&full[st], smem + st * kStageBytes, w + u * kStageBytes, kStageBytes);
     };
     if (threadIdx.x == 0) {
         for (int64_t u = u0; u < u1 && u < u0 + S; ++u) load(u);

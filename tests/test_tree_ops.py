@@ -33,8 +33,9 @@ def tool_path() -> Path:
     return exe
 
 
-def run_case(case: Path, spec: dict, arrays: dict, threads: int = 3) -> dict:
-    """Write spec + inputs into `case`, run the op, return the raw f32 outputs."""
+def run_case(case: Path, spec: dict, arrays: dict, threads: int = 3, env: dict | None = None) -> dict:
+    """Write spec + inputs into `case`, run the op (with `env` added to the environment), return the raw f32
+    outputs."""
     case.mkdir(parents=True, exist_ok=True)
     (case / "spec.txt").write_text("".join(f"{k} {v}\n" for k, v in spec.items()))
     for name, a in arrays.items():
@@ -43,7 +44,7 @@ def run_case(case: Path, spec: dict, arrays: dict, threads: int = 3) -> dict:
     (case / "out.bin").unlink(missing_ok=True)
     wrapper = shlex.split(os.environ.get("LUCEBOX_TOOL_WRAPPER", ""))
     cmd = wrapper + [str(tool_path()), "run", str(case), "--backend", BACKEND, "--threads", str(threads)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env={**os.environ, **(env or {})})
     assert r.returncode == 0, f"{' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
     return {"out": np.fromfile(case / "out.bin", dtype=np.float32)}
 
@@ -273,6 +274,62 @@ def test_gdn_tree_branch_states_only(tmp_path, S, H_v, n, shape):
     assert (shape in ("random", "deep")) == bool(kept), f"{shape} tree: read-back tokens {kept}"
     for t in kept:
         assert_close(states_some[:, t], states[:, t].astype(np.float64), 0.0, f"state of token {t}")
+
+
+def bfs_order(parents: np.ndarray) -> np.ndarray:
+    """The same tree with its tokens renumbered breadth first: a token's next id is rarely its child."""
+    n = parents.shape[0]
+    children = [[] for _ in range(n)]
+    roots = []
+    for t in range(n):
+        p = effective_parent(parents, t)
+        (roots if p < 0 else children[p]).append(t)
+    order, level = [], roots
+    while level:
+        order += level
+        level = [c for t in level for c in children[t]]
+    new_id = {old: i for i, old in enumerate(order)}
+    return np.array([-1 if effective_parent(parents, old) < 0 else new_id[int(parents[old])] for old in order],
+                    np.int32)
+
+
+GDN_CHAINS = [  # S, H_v, n, n_seqs, kda, tree, warps, branch_states_only
+    (128, 6, 23, 1, False, "random", 2, 1),   # the engine's case: budget 22, 27B head size
+    (128, 4, 23, 1, False, "random", 1, 0),   # one warp takes every chain in turn
+    (128, 4, 40, 2, False, "per_seq", 3, 1),
+    (64, 4, 64, 1, False, "bfs", 4, 0),       # chains that skip ids; two ballot rounds of chain starts
+    (32, 4, 100, 1, False, "deep", 2, 1),
+    (128, 2, 33, 1, True, "random", 2, 0),    # the gate per key row: a column a thread
+    (32, 2, 17, 1, False, "wide", 3, 0),      # every token a root
+    (64, 2, 30, 1, False, "garbage", 2, 1),
+    (128, 2, 1, 1, False, "single", 2, 0),
+]
+
+
+@pytest.mark.skipif(BACKEND != "cuda", reason="GGML_CUDA_GDN_TREE_CHAINS picks between two CUDA kernels")
+@pytest.mark.parametrize("S,H_v,n,n_seqs,kda,tree,warps,branch_only", GDN_CHAINS)
+def test_gdn_tree_by_chains_equals_token_order(tmp_path, S, H_v, n, n_seqs, kda, tree, warps, branch_only):
+    """The tree by chains (W warps on a column slice, patch 0061) against the token-order kernel: the same bits in
+    y and in every state either keeps, and y near the float64 reference."""
+    rng = np.random.default_rng(500 + n + S)
+    make = {"random": lambda: random_tree(rng, n, 8), "deep": lambda: deep_tree(rng, n),
+            "bfs": lambda: bfs_order(random_tree(rng, n, 10)), "wide": lambda: np.full(n, -1, np.int32),
+            "garbage": lambda: garbage_tree(rng, n), "single": lambda: np.array([-1], np.int32),
+            "per_seq": lambda: np.stack([random_tree(rng, n, 12) for _ in range(n_seqs)])}
+    parents = make[tree]()
+    spec, arrays = gdn_case(rng, S, 2, H_v, n, n_seqs, kda=kda, parents=parents)
+    spec.update(op="gdn_tree", branch_states_only=branch_only)
+    one = run_case(tmp_path / "tokens", spec, arrays, env={"GGML_CUDA_GDN_TREE_CHAINS": "0"})["out"]
+    by_chains = run_case(tmp_path / "chains", spec, arrays, env={"GGML_CUDA_GDN_TREE_CHAINS": str(warps)})["out"]
+    y, states = split_tree_out(one, S, H_v, n, n_seqs)
+    y_c, states_c = split_tree_out(by_chains, S, H_v, n, n_seqs)
+    assert y_c.tobytes() == y.tobytes(), "y: the tree by chains differs from the token-order kernel"
+    for s in range(n_seqs):
+        par = np.atleast_2d(parents)[s % np.atleast_2d(parents).shape[0]]
+        kept = read_back_tokens(par) if branch_only else range(n)
+        for t in kept:
+            assert states_c[s, t].tobytes() == states[s, t].tobytes(), f"sequence {s}: state of token {t} differs"
+    assert_close(y_c, gdn_reference(arrays)[0], TOL, "y vs reference")
 
 
 # --- ssm_conv_tree ----------------------------------------------------------------------------

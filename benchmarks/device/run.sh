@@ -7,6 +7,9 @@
 # instructions such as wgmma, the invariant attention's H100 path; 90 leaves them out).
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
 # gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
+# The call's 64 MiB: with the repo's own files (~24 MB) they no longer fit whole; the stock copy of ggml in
+# vendor/src/llama.cpp/ggml (for benchmarks/build_llama_bench.sh) can stay behind but for its cmake/, which
+# llama.cpp's CMake includes: `rm -rf vendor/src/llama.cpp/ggml/{src,include}` (materialize.py --force restores it).
 set -uo pipefail
 ROOT="$(cd "$(dirname "$0")/../.." && pwd)"
 source "$ROOT/benchmarks/usage.sh"

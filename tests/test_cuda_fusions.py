@@ -5,7 +5,9 @@
 - an attention layer's q / k norm with its multi-section rope (patch 0053: no rope kernel; K's rows straight into
   an f16 cache, no set_rows kernel),
 - two products of one input in one launch (patches 0057-0058: the small target's Q6_K qkv with its Q4_K z|beta|alpha,
-  its Q4_K q|k with its Q6_K v; one kernel in the one- and 8-token calls, a pair's three in the 23- and 17-token ones).
+  its Q4_K q|k with its Q6_K v; one kernel in the one- and 8-token calls, a pair's three in the 23- and 17-token ones),
+- a verify's conv over its token tree reading its window, with the l2 norm and the gates (patch 0063, off unless
+  GGML_CUDA_FUSE_CONV_TREE=1 until timed: no concat, no silu, no norm and no gates kernel; a tree's run, below).
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
@@ -17,11 +19,13 @@ tokens). Each fusion logs its first match once a process: the test checks that i
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 
-from test_lbq_layout import k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
+from test_lbq_layout import ROOT, k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
 
 pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda",
                                 reason="ggml-cuda's fusions (LUCEBOX_TEST_BACKEND=cuda)")
@@ -54,3 +58,46 @@ def test_a_conv_over_its_tokens_fuses(k_quant_target, tmp_path):
     _, log = run_with(k_quant_target, tmp_path / "fused.npy")
     assert "a conv wrote its output over its tokens" in log
     assert "a conv kept apart" not in log
+
+
+# One process: a 40-token prompt (past the conv window kernel's 32 tokens: its prefill fuses no conv), then verify
+# calls of two trees, a DDTree-like one of 23 tokens and a bushy one of 17, each with its logits.
+RUN_TREES = """
+import sys
+import numpy as np
+from lucebox._native import Handle
+target, out = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(9)
+prompt = rng.integers(0, 2000, 40).astype(np.int32)
+trees = ([-1, 0, 1, 2, 3, 4, 5, 6, 7, 0, 9, 1, 11, 2, 13, 14, 3, 16, 17, 5, 19, 8, 0], [-1] + [0] * 8 + list(range(1, 9)))
+rows = []
+with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="debug") as h:
+    h.prefill(prompt)
+    for parents in trees:
+        n = len(parents)
+        logits = np.zeros((n, h.info()["n_vocab"]), np.float32)
+        h.verify(rng.integers(0, 2000, n).astype(np.int32), np.array(parents, np.int32), np.zeros(n, np.int32), logits)
+        rows.append(logits.ravel())
+np.save(out, np.concatenate(rows))
+"""
+
+
+def trees_with(target, out, **env_switches: str) -> tuple[np.ndarray, str]:
+    env = dict(os.environ, **env_switches)
+    run = subprocess.run([sys.executable, "-c", RUN_TREES, str(target), str(out)], env=env, cwd=ROOT, timeout=300,
+                         capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    return np.load(out), run.stderr
+
+
+def test_a_tree_conv_fuses_with_the_logits_of_the_ops_apart(k_quant_target, tmp_path):
+    want, log_apart = trees_with(k_quant_target, tmp_path / "apart.npy", GGML_CUDA_FUSE_CONV_TREE="0")
+    got, log = trees_with(k_quant_target, tmp_path / "fused.npy", GGML_CUDA_FUSE_CONV_TREE="1")
+    assert "a tree's conv read its window" not in log_apart
+    # the norm and the gates fused into a conv can only be the trees' here (the prompt's conv runs apart)
+    for line in ("a tree's conv read its window", FUSIONS["GGML_CUDA_FUSE_CONV_L2"],
+                 FUSIONS["GGML_CUDA_FUSE_CONV_GATES"]):
+        assert line in log, f"not in the log: {line}"
+    assert "a conv read its window and wrote the next" not in log
+    assert np.isfinite(want).all() and np.abs(want).max() > 0
+    np.testing.assert_array_equal(got, want)

@@ -94,19 +94,20 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     ggml_tensor * g = ggml_mul(ctx, ggml_softplus(ctx, ggml_add(ctx, alpha, L.ssm_dt)), L.ssm_a);  // [Hv, n]
     ggml_build_forward_expand(gf, g);
 
-    ggml_tensor * parents = nullptr;
+    DeltaOut d = build_delta_core(ctx, hp, L.conv1d, c.conv[size_t(il)], c.ssm[size_t(il)], qkv, g, beta,
+                                  s.tree ? fg.parents : nullptr);
     if (s.tree) {
-        // commit replays the accepted path from these (see commit_graph.hpp)
+        // commit replays the accepted path from these (see commit_graph.hpp). They go in after the delta net, so
+        // that only views sit between the gates and the tree's conv, where ggml-cuda can run the gates, the conv and
+        // the l2 norm as one kernel (patch 0063, GGML_CUDA_FUSE_CONV_TREE=1)
+        ggml_build_forward_expand(gf, d.y);
         const auto keep = [&](ggml_tensor * src, ggml_tensor * dst) {
             ggml_build_forward_expand(gf, ggml_cpy(ctx, src, ggml_view_2d(ctx, dst, src->ne[0], n, dst->nb[1], 0)));
         };
         keep(beta, c.tree_beta[size_t(il)]);
         keep(g, c.tree_g[size_t(il)]);
         keep(qkv, c.tree_qkv[size_t(il)]);
-        parents = fg.parents;
-    }
-    DeltaOut d = build_delta_core(ctx, hp, L.conv1d, c.conv[size_t(il)], c.ssm[size_t(il)], qkv, g, beta, parents);
-    if (!s.tree) {
+    } else {
         store_delta_state(ctx, gf, d, c.conv[size_t(il)], c.ssm[size_t(il)]);
     }
     // gated RMS norm per value head, then the output projection

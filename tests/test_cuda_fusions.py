@@ -19,13 +19,11 @@ tokens). Each fusion logs its first match once a process: the test checks that i
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from test_lbq_layout import ROOT, k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
+from test_lbq_layout import k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
 
 pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda",
                                 reason="ggml-cuda's fusions (LUCEBOX_TEST_BACKEND=cuda)")
@@ -69,7 +67,8 @@ from lucebox._native import Handle
 target, out = sys.argv[1], sys.argv[2]
 rng = np.random.default_rng(9)
 prompt = rng.integers(0, 2000, 40).astype(np.int32)
-trees = ([-1, 0, 1, 2, 3, 4, 5, 6, 7, 0, 9, 1, 11, 2, 13, 14, 3, 16, 17, 5, 19, 8, 0], [-1] + [0] * 8 + list(range(1, 9)))
+trees = ([-1, 0, 1, 2, 3, 4, 5, 6, 7, 0, 9, 1, 11, 2, 13, 14, 3, 16, 17, 5, 19, 8, 0],
+         [-1] + [0] * 8 + list(range(1, 9)))
 rows = []
 with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="debug") as h:
     h.prefill(prompt)
@@ -82,17 +81,9 @@ np.save(out, np.concatenate(rows))
 """
 
 
-def trees_with(target, out, **env_switches: str) -> tuple[np.ndarray, str]:
-    env = dict(os.environ, **env_switches)
-    run = subprocess.run([sys.executable, "-c", RUN_TREES, str(target), str(out)], env=env, cwd=ROOT, timeout=300,
-                         capture_output=True, text=True)
-    assert run.returncode == 0, run.stderr[-2000:]
-    return np.load(out), run.stderr
-
-
 def test_a_tree_conv_fuses_with_the_logits_of_the_ops_apart(k_quant_target, tmp_path):
-    want, log_apart = trees_with(k_quant_target, tmp_path / "apart.npy", GGML_CUDA_FUSE_CONV_TREE="0")
-    got, log = trees_with(k_quant_target, tmp_path / "fused.npy", GGML_CUDA_FUSE_CONV_TREE="1")
+    want, log_apart = run_with(k_quant_target, tmp_path / "apart.npy", script=RUN_TREES, GGML_CUDA_FUSE_CONV_TREE="0")
+    got, log = run_with(k_quant_target, tmp_path / "fused.npy", script=RUN_TREES, GGML_CUDA_FUSE_CONV_TREE="1")
     assert "a tree's conv read its window" not in log_apart
     # the norm and the gates fused into a conv can only be the trees' here (the prompt's conv runs apart)
     for line in ("a tree's conv read its window", FUSIONS["GGML_CUDA_FUSE_CONV_L2"],

@@ -60,10 +60,11 @@ def k_quant_target(tmp_path_factory) -> Path:
 STORED = re.compile(r"target: (\d+) matrices stored in the GPU product kernel's order")
 
 
-def run_with(target: Path, out: Path, by_unit: bool = True, **env_switches: str) -> tuple[np.ndarray, str]:
-    """-> (the logits, the run's log); env_switches: more environment for the run."""
+def run_with(target: Path, out: Path, by_unit: bool = True, script: str = RUN,
+             **env_switches: str) -> tuple[np.ndarray, str]:
+    """-> (the logits `script` saves, the run's log); env_switches: more environment for the run."""
     env = dict(os.environ, GGML_CUDA_LBQ_BY_UNIT="1" if by_unit else "0", **env_switches)
-    run = subprocess.run([sys.executable, "-c", RUN, str(target), str(out)], env=env, cwd=ROOT, timeout=300,
+    run = subprocess.run([sys.executable, "-c", script, str(target), str(out)], env=env, cwd=ROOT, timeout=300,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     return np.load(out), run.stderr

@@ -8,8 +8,8 @@
   its Q4_K q|k with its Q6_K v; one kernel in the one- and 8-token calls, a pair's three in the 23- and 17-token ones),
 - a verify's conv over its token tree reading its window, with the l2 norm and the gates (patch 0063: no concat, no
   silu, no norm and no gates kernel; a tree's run, below),
-- a verify's product whose k-split sums the residual add and norm after it adds (patch 0064: no reduce_splits kernel;
-  the 23- and 17-token calls).
+- a verify's product whose k-split sums the residual add and norm after it adds (patch 0064, off unless
+  GGML_CUDA_FUSE_LBQ_ADD_NORM=1 until timed: no reduce_splits kernel; the 23- and 17-token calls).
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.

@@ -368,7 +368,7 @@ stage_bench() {
 stage_serverbench() {
     log "lucebox serve vs Engine.generate (27B-shaped synthetic pair): streamed tok/s, overhead, TTFT at 16K"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
-    wait_synth
+    synth_ready || return 1
     python3 benchmarks/server_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
         --device cuda --prompt-tokens 16384 --n-gen 128 --json "$OUT/server_bench.json" 2>&1 | tail -12
 }
@@ -383,7 +383,7 @@ stage_ab() {
     local configs="${LUCEBOX_AB-GGML_CUDA_LBQ_WAVES=1;}"
     log "interleaved A/B, step_bench at 8K: $configs"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
-    wait_synth
+    synth_ready || return 1  # a fresh machine (a call without `synth` after the last one went back) writes it now
     local r cfg w cfgs envs flags
     IFS=';' read -ra cfgs <<< "$configs"
     [ "${configs: -1}" = ";" ] && cfgs+=("")  # a trailing ';' is an empty configuration (read drops it)

@@ -9,7 +9,10 @@
 - a verify's conv over its token tree reading its window, with the l2 norm and the gates (patch 0063: no concat, no
   silu, no norm and no gates kernel; a tree's run, below),
 - a verify's product whose k-split sums the residual add and norm after it adds (patch 0064, off unless
-  GGML_CUDA_FUSE_LBQ_ADD_NORM=1 until timed: no reduce_splits kernel; the 23- and 17-token calls).
+  GGML_CUDA_FUSE_LBQ_ADD_NORM=1 until timed: no reduce_splits kernel; the 23- and 17-token calls),
+- an AR step's product that adds the residual after it, and the FFN norm after that in the product after it (patch
+  0065, off unless GGML_CUDA_FUSE_LBQ_RESIDUAL=1 and GGML_CUDA_FUSE_LBQ_NORM=1 until timed: no add and no norm
+  kernel; the one-token calls; also on a target whose norm block is ggml's 1024 threads, below).
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
@@ -21,11 +24,13 @@ tokens). Each fusion logs its first match once a process: the test checks that i
 from __future__ import annotations
 
 import os
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from test_lbq_layout import k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
+from test_lbq_layout import ROOT, k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
 
 pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda",
                                 reason="ggml-cuda's fusions (LUCEBOX_TEST_BACKEND=cuda)")
@@ -38,7 +43,21 @@ FUSIONS = {
     "GGML_CUDA_FUSE_NORM_MROPE": "a norm and its multi-section rope in one kernel",
     "GGML_CUDA_FUSE_LBQ_PAIR": "two products of one input in one launch",
     "GGML_CUDA_FUSE_LBQ_ADD_NORM": "a product's split sums added by the residual norm after it",
+    "GGML_CUDA_FUSE_LBQ_RESIDUAL": "a product added its residual",
 }
+NORM_IN_PRODUCT = "a norm in the product after it"
+
+
+@pytest.fixture(scope="module")
+def wide_k_quant_target(tmp_path_factory) -> Path:
+    """k_quant_target twice as wide: rows of 1,024 (ggml's norm kernel then runs 1,024 threads, as on the 27B)."""
+    sys.path.insert(0, str(ROOT))
+    from benchmarks import synth_target
+
+    out = tmp_path_factory.mktemp("synth_wide") / "target.gguf"
+    synth_target.write(str(out), synth_target.scaled_shape(0.2, 4, mtp=False), seed=3, threads=2, quiet=True)
+    return out
+
 
 
 @pytest.mark.parametrize("switch", sorted(FUSIONS))
@@ -49,6 +68,22 @@ def test_a_fusion_gives_the_logits_of_the_ops_apart(k_quant_target, tmp_path, sw
     assert FUSIONS[switch] in log_fused, f"{switch}: the fusion never ran"
     assert np.isfinite(want).all() and np.abs(want).max() > 0
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("target", ["k_quant_target", "wide_k_quant_target"])
+def test_a_norm_in_the_product_gives_the_logits_of_the_ops_apart(request, tmp_path, target):
+    # the norm goes into the product after it where the product before it has taken the residual add (else the add and
+    # the norm run as one kernel): the two switches together
+    path = request.getfixturevalue(target)
+    want, log_apart = run_with(path, tmp_path / "apart.npy", GGML_CUDA_FUSE_LBQ_RESIDUAL="0", GGML_CUDA_FUSE_LBQ_NORM="0")
+    got, log = run_with(path, tmp_path / "fused.npy", GGML_CUDA_FUSE_LBQ_RESIDUAL="1", GGML_CUDA_FUSE_LBQ_NORM="1")
+    assert NORM_IN_PRODUCT not in log_apart
+    for line in (NORM_IN_PRODUCT, FUSIONS["GGML_CUDA_FUSE_LBQ_RESIDUAL"]):
+        assert line in log, f"not in the log: {line}"
+    assert np.isfinite(want).all() and np.abs(want).max() > 0
+    np.testing.assert_array_equal(got, want)
+    for split in range(1, len(got)):  # one column == 40 == 8 at a time == 23 then 17: lossless with them on
+        np.testing.assert_array_equal(got[0], got[split])
 
 
 def test_a_conv_over_its_tokens_fuses(k_quant_target, tmp_path):

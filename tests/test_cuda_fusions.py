@@ -45,7 +45,7 @@ FUSIONS = {
     "GGML_CUDA_FUSE_LBQ_ADD_NORM": "a product's split sums added by the residual norm after it",
     "GGML_CUDA_FUSE_LBQ_RESIDUAL": "a product added its residual",
 }
-NORM_IN_PRODUCT = "a norm in the product after it"
+NORM_IN_PRODUCT = ("a norm in the product after it", "a norm in the pair after it")
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +72,14 @@ def test_a_fusion_gives_the_logits_of_the_ops_apart(k_quant_target, tmp_path, sw
 
 @pytest.mark.parametrize("target", ["k_quant_target", "wide_k_quant_target"])
 def test_a_norm_in_the_product_gives_the_logits_of_the_ops_apart(request, tmp_path, target):
-    # the norm goes into the product after it where the product before it has taken the residual add (else the add and
-    # the norm run as one kernel): the two switches together
+    # the norm goes into the product (or pair) after it where the product before it has taken the residual add (else
+    # the add and the norm run as one kernel): the two switches together. The small target's attention norms come
+    # before pairs (its Q6_K qkv and Q4_K z|beta|alpha, its Q4_K q|k and Q6_K v), its FFN norms before one product.
     path = request.getfixturevalue(target)
     want, log_apart = run_with(path, tmp_path / "apart.npy", GGML_CUDA_FUSE_LBQ_RESIDUAL="0", GGML_CUDA_FUSE_LBQ_NORM="0")
     got, log = run_with(path, tmp_path / "fused.npy", GGML_CUDA_FUSE_LBQ_RESIDUAL="1", GGML_CUDA_FUSE_LBQ_NORM="1")
-    assert NORM_IN_PRODUCT not in log_apart
-    for line in (NORM_IN_PRODUCT, FUSIONS["GGML_CUDA_FUSE_LBQ_RESIDUAL"]):
+    assert NORM_IN_PRODUCT[0] not in log_apart
+    for line in (*NORM_IN_PRODUCT, FUSIONS["GGML_CUDA_FUSE_LBQ_RESIDUAL"]):
         assert line in log, f"not in the log: {line}"
     assert np.isfinite(want).all() and np.abs(want).max() > 0
     np.testing.assert_array_equal(got, want)

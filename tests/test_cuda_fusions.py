@@ -12,7 +12,7 @@
   GGML_CUDA_FUSE_LBQ_ADD_NORM=1 until timed: no reduce_splits kernel; the 23- and 17-token calls),
 - an AR step's product that adds the residual after it, and the FFN norm after that in the product after it (patch
   0065, off unless GGML_CUDA_FUSE_LBQ_RESIDUAL=1 and GGML_CUDA_FUSE_LBQ_NORM=1 until timed: no add and no norm
-  kernel; the one-token calls; also on a target whose norm block is ggml's 1024 threads, below).
+  kernel; the one-token calls; also on a target whose norm block is ggml's 1,024 threads, below).
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
@@ -50,12 +50,13 @@ NORM_IN_PRODUCT = ("a norm in the product after it", "a norm in the pair after i
 
 @pytest.fixture(scope="module")
 def wide_k_quant_target(tmp_path_factory) -> Path:
-    """k_quant_target twice as wide: rows of 1,024 (ggml's norm kernel then runs 1,024 threads, as on the 27B)."""
+    """k_quant_target five times as wide: rows of 2,560 (ggml's norm kernel then runs 1,024 threads, each 3 columns of
+    a row; on the 27B 5)."""
     sys.path.insert(0, str(ROOT))
     from benchmarks import synth_target
 
     out = tmp_path_factory.mktemp("synth_wide") / "target.gguf"
-    synth_target.write(str(out), synth_target.scaled_shape(0.2, 4, mtp=False), seed=3, threads=2, quiet=True)
+    synth_target.write(str(out), synth_target.scaled_shape(0.5, 4, mtp=False), seed=3, threads=2, quiet=True)
     return out
 
 

@@ -12,7 +12,9 @@
   GGML_CUDA_FUSE_LBQ_ADD_NORM=1 until timed: no reduce_splits kernel; the 23- and 17-token calls),
 - an AR step's product that adds the residual after it, and the FFN norm after that in the product after it (patch
   0065, off unless GGML_CUDA_FUSE_LBQ_RESIDUAL=1 and GGML_CUDA_FUSE_LBQ_NORM=1 until timed: no add and no norm
-  kernel; the one-token calls; also on a target whose norm block is ggml's 1,024 threads, below).
+  kernel; the one-token calls; also on a target whose norm block is ggml's 1,024 threads, below),
+- consecutive row copies in one launch (patch 0066, off unless GGML_CUDA_FUSE_CPY_GROUP=1 until timed: a verify's
+  three copies a delta layer keeps for commit; the logits after a commit, below).
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
@@ -119,6 +121,40 @@ with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="debug")
         rows.append(logits.ravel())
 np.save(out, np.concatenate(rows))
 """
+
+
+# One process: a 40-token prompt, then for each tree a verify, the commit of a path through it (commit replays the path
+# from what the verify kept: a delta layer's beta, g and qkv) and a prefill of 6 tokens after it, their logits saved.
+RUN_COMMITS = """
+import sys
+import numpy as np
+from lucebox._native import Handle
+target, out = sys.argv[1], sys.argv[2]
+rng = np.random.default_rng(11)
+prompt = rng.integers(0, 2000, 40).astype(np.int32)
+trees = (([-1, 0, 1, 2, 3, 4, 5, 6, 7, 0, 9, 1, 11, 2, 13, 14, 3, 16, 17, 5, 19, 8, 0], [0, 1, 2, 3, 16, 17, 18]),
+         ([-1] + [0] * 8 + list(range(1, 9)), [0, 4, 12]))
+rows = []
+with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="debug") as h:
+    h.prefill(prompt)
+    for parents, path in trees:
+        h.verify(rng.integers(0, 2000, len(parents)).astype(np.int32), np.array(parents, np.int32),
+                 np.zeros(len(parents), np.int32))
+        h.commit(np.array(path, np.int32))
+        logits = np.zeros((6, h.info()["n_vocab"]), np.float32)
+        h.prefill(rng.integers(0, 2000, 6).astype(np.int32), logits)
+        rows.append(logits.ravel())
+np.save(out, np.concatenate(rows))
+"""
+
+
+def test_copies_in_one_launch_give_the_logits_after_a_commit_of_the_copies_apart(k_quant_target, tmp_path):
+    want, log_apart = run_with(k_quant_target, tmp_path / "apart.npy", script=RUN_COMMITS, GGML_CUDA_FUSE_CPY_GROUP="0")
+    got, log = run_with(k_quant_target, tmp_path / "fused.npy", script=RUN_COMMITS, GGML_CUDA_FUSE_CPY_GROUP="1")
+    assert "copies in one launch" not in log_apart
+    assert "copies in one launch" in log
+    assert np.isfinite(want).all() and np.abs(want).max() > 0
+    np.testing.assert_array_equal(got, want)
 
 
 def test_a_tree_conv_fuses_with_the_logits_of_the_ops_apart(k_quant_target, tmp_path):

@@ -62,7 +62,6 @@ def wide_k_quant_target(tmp_path_factory) -> Path:
     return out
 
 
-
 @pytest.mark.parametrize("switch", sorted(FUSIONS))
 def test_a_fusion_gives_the_logits_of_the_ops_apart(k_quant_target, tmp_path, switch):
     want, log_apart = run_with(k_quant_target, tmp_path / "apart.npy", **{switch: "0"})
@@ -79,8 +78,10 @@ def test_a_norm_in_the_product_gives_the_logits_of_the_ops_apart(request, tmp_pa
     # the add and the norm run as one kernel): the two switches together. The small target's attention norms come
     # before pairs (its Q6_K qkv and Q4_K z|beta|alpha, its Q4_K q|k and Q6_K v), its FFN norms before one product.
     path = request.getfixturevalue(target)
-    want, log_apart = run_with(path, tmp_path / "apart.npy", GGML_CUDA_FUSE_LBQ_RESIDUAL="0", GGML_CUDA_FUSE_LBQ_NORM="0")
-    got, log = run_with(path, tmp_path / "fused.npy", GGML_CUDA_FUSE_LBQ_RESIDUAL="1", GGML_CUDA_FUSE_LBQ_NORM="1")
+    apart = dict(GGML_CUDA_FUSE_LBQ_RESIDUAL="0", GGML_CUDA_FUSE_LBQ_NORM="0")
+    fused = dict(GGML_CUDA_FUSE_LBQ_RESIDUAL="1", GGML_CUDA_FUSE_LBQ_NORM="1")
+    want, log_apart = run_with(path, tmp_path / "apart.npy", **apart)
+    got, log = run_with(path, tmp_path / "fused.npy", **fused)
     assert NORM_IN_PRODUCT[0] not in log_apart
     for line in (*NORM_IN_PRODUCT, FUSIONS["GGML_CUDA_FUSE_LBQ_RESIDUAL"]):
         assert line in log, f"not in the log: {line}"
@@ -149,7 +150,8 @@ np.save(out, np.concatenate(rows))
 
 
 def test_copies_in_one_launch_give_the_logits_after_a_commit_of_the_copies_apart(k_quant_target, tmp_path):
-    want, log_apart = run_with(k_quant_target, tmp_path / "apart.npy", script=RUN_COMMITS, GGML_CUDA_FUSE_CPY_GROUP="0")
+    want, log_apart = run_with(k_quant_target, tmp_path / "apart.npy", script=RUN_COMMITS,
+                               GGML_CUDA_FUSE_CPY_GROUP="0")
     got, log = run_with(k_quant_target, tmp_path / "fused.npy", script=RUN_COMMITS, GGML_CUDA_FUSE_CPY_GROUP="1")
     assert "copies in one launch" not in log_apart
     assert "copies in one launch" in log

@@ -99,7 +99,7 @@ ggml_tensor * ForwardBuilder::delta_net(int32_t il, ggml_tensor * x) {
     if (s.tree) {
         // commit replays the accepted path from these (see commit_graph.hpp). They go in after the delta net, so
         // that only views sit between the gates and the tree's conv, where ggml-cuda can run the gates, the conv and
-        // the l2 norm as one kernel (patch 0063, GGML_CUDA_FUSE_CONV_TREE=1)
+        // the l2 norm as one kernel (patch 0063)
         ggml_build_forward_expand(gf, d.y);
         const auto keep = [&](ggml_tensor * src, ggml_tensor * dst) {
             ggml_build_forward_expand(gf, ggml_cpy(ctx, src, ggml_view_2d(ctx, dst, src->ne[0], n, dst->nb[1], 0)));

@@ -7,14 +7,7 @@
 - two products of one input in one launch (patches 0057-0058: the small target's Q6_K qkv with its Q4_K z|beta|alpha,
   its Q4_K q|k with its Q6_K v; one kernel in the one- and 8-token calls, a pair's three in the 23- and 17-token ones),
 - a verify's conv over its token tree reading its window, with the l2 norm and the gates (patch 0063: no concat, no
-  silu, no norm and no gates kernel; a tree's run, below),
-- a verify's product whose k-split sums the residual add and norm after it adds (patch 0064, off unless
-  GGML_CUDA_FUSE_LBQ_ADD_NORM=1 until timed: no reduce_splits kernel; the 23- and 17-token calls),
-- an AR step's product that adds the residual after it, and the FFN norm after that in the product after it (patch
-  0065, off unless GGML_CUDA_FUSE_LBQ_RESIDUAL=1 and GGML_CUDA_FUSE_LBQ_NORM=1 until timed: no add and no norm
-  kernel; the one-token calls; also on a target whose norm block is ggml's 1,024 threads, below),
-- consecutive row copies in one launch (patch 0066, off unless GGML_CUDA_FUSE_CPY_GROUP=1 until timed: a verify's
-  three copies a delta layer keeps for commit; the logits after a commit, below).
+  silu, no norm and no gates kernel; a tree's run, below).
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
@@ -26,13 +19,11 @@ tokens). Each fusion logs its first match once a process: the test checks that i
 from __future__ import annotations
 
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from test_lbq_layout import ROOT, k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
+from test_lbq_layout import k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
 
 pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda",
                                 reason="ggml-cuda's fusions (LUCEBOX_TEST_BACKEND=cuda)")
@@ -44,22 +35,7 @@ FUSIONS = {
     "GGML_CUDA_FUSE_CONV_GATES": "a delta net's gates in its conv",
     "GGML_CUDA_FUSE_NORM_MROPE": "a norm and its multi-section rope in one kernel",
     "GGML_CUDA_FUSE_LBQ_PAIR": "two products of one input in one launch",
-    "GGML_CUDA_FUSE_LBQ_ADD_NORM": "a product's split sums added by the residual norm after it",
-    "GGML_CUDA_FUSE_LBQ_RESIDUAL": "a product added its residual",
 }
-NORM_IN_PRODUCT = ("a norm in the product after it", "a norm in the pair after it")
-
-
-@pytest.fixture(scope="module")
-def wide_k_quant_target(tmp_path_factory) -> Path:
-    """k_quant_target five times as wide: rows of 2,560 (ggml's norm kernel then runs 1,024 threads, each 3 columns of
-    a row; on the 27B 5)."""
-    sys.path.insert(0, str(ROOT))
-    from benchmarks import synth_target
-
-    out = tmp_path_factory.mktemp("synth_wide") / "target.gguf"
-    synth_target.write(str(out), synth_target.scaled_shape(0.5, 4, mtp=False), seed=3, threads=2, quiet=True)
-    return out
 
 
 @pytest.mark.parametrize("switch", sorted(FUSIONS))
@@ -70,25 +46,6 @@ def test_a_fusion_gives_the_logits_of_the_ops_apart(k_quant_target, tmp_path, sw
     assert FUSIONS[switch] in log_fused, f"{switch}: the fusion never ran"
     assert np.isfinite(want).all() and np.abs(want).max() > 0
     np.testing.assert_array_equal(got, want)
-
-
-@pytest.mark.parametrize("target", ["k_quant_target", "wide_k_quant_target"])
-def test_a_norm_in_the_product_gives_the_logits_of_the_ops_apart(request, tmp_path, target):
-    # the norm goes into the product (or pair) after it where the product before it has taken the residual add (else
-    # the add and the norm run as one kernel): the two switches together. The small target's attention norms come
-    # before pairs (its Q6_K qkv and Q4_K z|beta|alpha, its Q4_K q|k and Q6_K v), its FFN norms before one product.
-    path = request.getfixturevalue(target)
-    apart = dict(GGML_CUDA_FUSE_LBQ_RESIDUAL="0", GGML_CUDA_FUSE_LBQ_NORM="0")
-    fused = dict(GGML_CUDA_FUSE_LBQ_RESIDUAL="1", GGML_CUDA_FUSE_LBQ_NORM="1")
-    want, log_apart = run_with(path, tmp_path / "apart.npy", **apart)
-    got, log = run_with(path, tmp_path / "fused.npy", **fused)
-    assert NORM_IN_PRODUCT[0] not in log_apart
-    for line in (*NORM_IN_PRODUCT, FUSIONS["GGML_CUDA_FUSE_LBQ_RESIDUAL"]):
-        assert line in log, f"not in the log: {line}"
-    assert np.isfinite(want).all() and np.abs(want).max() > 0
-    np.testing.assert_array_equal(got, want)
-    for split in range(1, len(got)):  # one column == 40 == 8 at a time == 23 then 17: lossless with them on
-        np.testing.assert_array_equal(got[0], got[split])
 
 
 def test_a_conv_over_its_tokens_fuses(k_quant_target, tmp_path):
@@ -122,41 +79,6 @@ with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="debug")
         rows.append(logits.ravel())
 np.save(out, np.concatenate(rows))
 """
-
-
-# One process: a 40-token prompt, then for each tree a verify, the commit of a path through it (commit replays the path
-# from what the verify kept: a delta layer's beta, g and qkv) and a prefill of 6 tokens after it, their logits saved.
-RUN_COMMITS = """
-import sys
-import numpy as np
-from lucebox._native import Handle
-target, out = sys.argv[1], sys.argv[2]
-rng = np.random.default_rng(11)
-prompt = rng.integers(0, 2000, 40).astype(np.int32)
-trees = (([-1, 0, 1, 2, 3, 4, 5, 6, 7, 0, 9, 1, 11, 2, 13, 14, 3, 16, 17, 5, 19, 8, 0], [0, 1, 2, 3, 16, 17, 18]),
-         ([-1] + [0] * 8 + list(range(1, 9)), [0, 4, 12]))
-rows = []
-with Handle(target, None, max_ctx=256, device=0, n_threads=1, log_level="debug") as h:
-    h.prefill(prompt)
-    for parents, path in trees:
-        h.verify(rng.integers(0, 2000, len(parents)).astype(np.int32), np.array(parents, np.int32),
-                 np.zeros(len(parents), np.int32))
-        h.commit(np.array(path, np.int32))
-        logits = np.zeros((6, h.info()["n_vocab"]), np.float32)
-        h.prefill(rng.integers(0, 2000, 6).astype(np.int32), logits)
-        rows.append(logits.ravel())
-np.save(out, np.concatenate(rows))
-"""
-
-
-def test_copies_in_one_launch_give_the_logits_after_a_commit_of_the_copies_apart(k_quant_target, tmp_path):
-    want, log_apart = run_with(k_quant_target, tmp_path / "apart.npy", script=RUN_COMMITS,
-                               GGML_CUDA_FUSE_CPY_GROUP="0")
-    got, log = run_with(k_quant_target, tmp_path / "fused.npy", script=RUN_COMMITS, GGML_CUDA_FUSE_CPY_GROUP="1")
-    assert "copies in one launch" not in log_apart
-    assert "copies in one launch" in log
-    assert np.isfinite(want).all() and np.abs(want).max() > 0
-    np.testing.assert_array_equal(got, want)
 
 
 def test_a_tree_conv_fuses_with_the_logits_of_the_ops_apart(k_quant_target, tmp_path):

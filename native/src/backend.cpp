@@ -169,6 +169,16 @@ BatchDependentKernels::~BatchDependentKernels() {
 #endif
 }
 
+void set_input(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t bytes) {
+    if (!t || !t->buffer) return;
+    const ggml_backend_buffer_t buf = t->view_src ? t->view_src->buffer : t->buffer;
+    if (ggml_backend_buffer_get_type(buf) == ggml_backend_get_default_buffer_type(backend)) {
+        ggml_backend_tensor_set_async(backend, t, data, 0, bytes);
+    } else {
+        ggml_backend_tensor_set(t, data, 0, bytes);
+    }
+}
+
 void mark_graph_reusable(ggml_cgraph * gf) {
 #ifdef LUCEBOX_HAVE_GRAPH_UID
     gf->uid = ggml_graph_next_uid();

@@ -63,6 +63,14 @@ void alloc_graph_or_throw(ggml_gallocr_t galloc, ggml_cgraph * gf, ggml_backend_
 void mark_placed(ggml_context * ctx);
 size_t plan_graph_bytes(ggml_cgraph * gf, ggml_backend_buffer_type_t buft);
 
+// Copies `bytes` of host memory into graph input t, from its start, on the backend's
+// stream ahead of the graph that reads it, without waiting for the copy: ggml_backend_tensor_set waits for each one
+// (a copy and a stream sync of its own, several a decode step). A pageable source may change as soon as this returns:
+// the driver stages it first (CUDA's API synchronization rules); a pinned one is read when the copy runs, so it must
+// not change before the graph's wait (every engine call ends with one). Inputs a graph does not use have no buffer and
+// are skipped; a tensor outside the backend's own buffers, and the CPU backend, get ggml_backend_tensor_set.
+void set_input(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t bytes);
+
 // Tags a graph that will be computed again unchanged (same tensors, same addresses; only input
 // values differ), so ggml-cuda replays its captured CUDA graph without re-checking every node
 // (~1 MB of node properties per 64-layer decode step). Needs ggml's internal ggml-impl.h on the

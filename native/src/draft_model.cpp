@@ -297,10 +297,10 @@ void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const in
         host_.pos[size_t(i)] = n_past_ + i;
         host_.slots[size_t(i)] = slot0 + i;
     }
-    ggml_backend_tensor_set(g.pos, host_.pos.data(), 0, ggml_nbytes(g.pos));
-    ggml_backend_tensor_set(g.slots, host_.slots.data(), 0, ggml_nbytes(g.slots));
-    if (g.host) ggml_backend_tensor_set(g.host, host, 0, ggml_nbytes(g.host));
-    if (g.rows) ggml_backend_tensor_set(g.rows, rows, 0, ggml_nbytes(g.rows));
+    set_input(backend_, g.pos, host_.pos.data(), ggml_nbytes(g.pos));
+    set_input(backend_, g.slots, host_.slots.data(), ggml_nbytes(g.slots));
+    if (g.host) set_input(backend_, g.host, host, ggml_nbytes(g.host));
+    if (g.rows) set_input(backend_, g.rows, rows, ggml_nbytes(g.rows));
     compute(g.meta.gf, "append");
     for (int32_t i = 0; i < n; ++i) slot_pos_[size_t(slot0 + i)] = n_past_ + i;
     n_past_ += n;

@@ -180,13 +180,13 @@ void DraftModel::set_propose_inputs(const ProposeGraph & g, int32_t last, int32_
         host_.pos[size_t(i)] = n_past_ + i;
         host_.slots[size_t(i)] = n_valid + i;
     }
-    target_.embedding->stage(host_.toks.data(), B, g.toks);
-    ggml_backend_tensor_set(g.pos, host_.pos.data(), 0, ggml_nbytes(g.pos));
-    ggml_backend_tensor_set(g.slots, host_.slots.data(), 0, ggml_nbytes(g.slots));
+    target_.embedding->stage(backend_, host_.toks.data(), B, g.toks);
+    set_input(backend_, g.pos, host_.pos.data(), ggml_nbytes(g.pos));
+    set_input(backend_, g.slots, host_.slots.data(), ggml_nbytes(g.slots));
     host_.mask.resize(size_t(g.shape.n_kv) * size_t(B));
     for (size_t k = 0; k < mask_kinds_.size(); ++k) {
         fill_mask(mask_kinds_[k], n_valid, g.shape.n_kv, B, host_.mask.data());
-        ggml_backend_tensor_set(g.masks[k], host_.mask.data(), 0, ggml_nbytes(g.masks[k]));
+        set_input(backend_, g.masks[k], host_.mask.data(), ggml_nbytes(g.masks[k]));  // pageable: refilled next
     }
 }
 

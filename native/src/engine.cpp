@@ -163,8 +163,8 @@ lb::ForwardGraph & lb_engine::forward_graph(ForwardSlot & slot, const lb::Forwar
 // positions + 1). Keeps the graph for processed_row.
 void lb_engine::run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, const lb::CallTokens & call,
                             int32_t rows, const char * what) {
-    if (sampling) sample_inputs_.upload(g.sample, *sampling, call, rows, model->hp.n_vocab);
-    else if (g.sample.inv_temp) sample_inputs_.upload_neutral(g.sample, rows, model->hp.n_vocab);
+    if (sampling) sample_inputs_.upload(backend.get(), g.sample, *sampling, call, rows, model->hp.n_vocab);
+    else if (g.sample.inv_temp) sample_inputs_.upload_neutral(backend.get(), g.sample, rows, model->hp.n_vocab);
     compute(g.meta.gf, what);
     if (!sampling) return;
     lb::SampleInputs::download(g.sample, *sampling, rows);
@@ -202,17 +202,17 @@ void lb_engine::set_positions_and_slots(lb::ForwardGraph & g, int32_t n, const i
     for (int32_t s = 0; s < 4; ++s) {
         for (int32_t i = 0; i < n; ++i) pos_host_[size_t(s * n + i)] = n_past + (depth ? depth[i] : i);
     }
-    lb::set_graph_input(g.pos, pos_host_.data(), pos_host_.size() * sizeof(int32_t));
+    lb::set_input(backend.get(), g.pos, pos_host_.data(), pos_host_.size() * sizeof(int32_t));
     if (!g.mask) return;
     kv_idx_host_.resize(size_t(n));
     for (int32_t i = 0; i < n; ++i) kv_idx_host_[size_t(i)] = n_past + i;
-    lb::set_graph_input(g.kv_idx, kv_idx_host_.data(), kv_idx_host_.size() * sizeof(int64_t));
+    lb::set_input(backend.get(), g.kv_idx, kv_idx_host_.data(), kv_idx_host_.size() * sizeof(int64_t));
 }
 
 // Inputs of a chain: token i sits at position P+i, writes slot P+i, sees slots 0..P+i.
 void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const ForwardSlot & slot, lb::MaskStage & mask,
                                  const int32_t * toks, int32_t n) {
-    model->embedding.stage(toks, n, g.tokens);
+    model->embedding.stage(backend.get(), toks, n, g.tokens);
     set_positions_and_slots(g, n, nullptr);
     if (g.mask) mask.set(backend.get(), g.mask, slot.builds, n, g.shape.n_kv, n_past, nullptr);
 }

@@ -42,15 +42,6 @@
 #include "sample_draw.hpp"
 #include "target_graph.hpp"
 
-namespace lb {
-
-// Uploads a graph input; inputs a graph does not use have no buffer and are skipped.
-inline void set_graph_input(ggml_tensor * t, const void * data, size_t bytes) {
-    if (t && t->buffer) ggml_backend_tensor_set(t, data, 0, bytes);
-}
-
-}  // namespace lb
-
 struct lb_engine {
     // --- configuration (as loaded) -------------------------------------------------------
     std::string target_path;

@@ -102,25 +102,26 @@ void SampleInputs::check(const lb_sampling & s, int32_t rows, int32_t n_vocab) c
     }
 }
 
-void SampleInputs::upload(const SampleTail & t, const lb_sampling & s, const CallTokens & call, int32_t rows,
-                          int32_t n_vocab) {
+void SampleInputs::upload(ggml_backend_t backend, const SampleTail & t, const lb_sampling & s, const CallTokens & call,
+                          int32_t rows, int32_t n_vocab) {
     // float32 1/T of T rounded to float32 (greedy: T = 1, for an lse its draw never reads)
     const float inv_temp = s.temperature > 0.0 ? 1.0f / float(s.temperature) : 1.0f;
-    set_graph_input(t.inv_temp, &inv_temp, sizeof(float));
+    set_input(backend, t.inv_temp, &inv_temp, sizeof(float));
     if (t.pen_slots == 0) return;
     windows_.build(s.history, s.n_history, call, rows, s.penalty_last_n);
-    upload_slots(t, &s, rows, n_vocab);
+    upload_slots(backend, t, &s, rows, n_vocab);
 }
 
-void SampleInputs::upload_neutral(const SampleTail & t, int32_t rows, int32_t n_vocab) {
+void SampleInputs::upload_neutral(ggml_backend_t backend, const SampleTail & t, int32_t rows, int32_t n_vocab) {
     const float one = 1.0f;
-    set_graph_input(t.inv_temp, &one, sizeof(float));
-    if (t.pen_slots > 0) upload_slots(t, nullptr, rows, n_vocab);
+    set_input(backend, t.inv_temp, &one, sizeof(float));
+    if (t.pen_slots > 0) upload_slots(backend, t, nullptr, rows, n_vocab);
 }
 
 // Row r's W slots: its window's distinct tokens with the penalties' factors, then distinct tokens
 // it does not name with neutral factors (l' = l exactly), so every graph of one shape has W slots.
-void SampleInputs::upload_slots(const SampleTail & t, const lb_sampling * s, int32_t rows, int32_t n_vocab) {
+void SampleInputs::upload_slots(ggml_backend_t backend, const SampleTail & t, const lb_sampling * s, int32_t rows,
+                                int32_t n_vocab) {
     const int32_t W = t.pen_slots;
     const size_t E = size_t(W) * size_t(rows);
     get_.resize(E);
@@ -157,11 +158,11 @@ void SampleInputs::upload_slots(const SampleTail & t, const lb_sampling * s, int
             set_[e] = int64_t(r) * n_vocab + tok;
         }
     }
-    set_graph_input(t.pen_get, get_.data(), E * sizeof(int32_t));
-    set_graph_input(t.pen_set, set_.data(), E * sizeof(int64_t));
-    set_graph_input(t.pen_pos, pos_.data(), E * sizeof(float));
-    set_graph_input(t.pen_neg, neg_.data(), E * sizeof(float));
-    set_graph_input(t.pen_sub, sub_.data(), E * sizeof(float));
+    set_input(backend, t.pen_get, get_.data(), E * sizeof(int32_t));
+    set_input(backend, t.pen_set, set_.data(), E * sizeof(int64_t));
+    set_input(backend, t.pen_pos, pos_.data(), E * sizeof(float));
+    set_input(backend, t.pen_neg, neg_.data(), E * sizeof(float));
+    set_input(backend, t.pen_sub, sub_.data(), E * sizeof(float));
 }
 
 void SampleInputs::download(const SampleTail & t, const lb_sampling & s, int32_t rows) {

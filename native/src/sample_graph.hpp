@@ -17,6 +17,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "ggml-backend.h"
 #include "ggml.h"
 #include "lucebox.h"
 #include "penalty_window.hpp"
@@ -50,15 +51,16 @@ SampleTail build_sample_tail(ggml_context * ctx, ggml_cgraph * gf, ggml_tensor *
 int32_t penalty_slots(int32_t penalty_last_n, int32_t n_vocab);
 
 // Host side of one sampled forward: checks `s` (throws lb::Error), uploads 1/T and each row's
-// penalty slots (its window: penalty_window.hpp), and after compute copies the outputs into s's
-// buffers.
+// penalty slots (its window: penalty_window.hpp) on the backend's stream (set_input), and after compute
+// copies the outputs into s's buffers.
 class SampleInputs {
 public:
     void check(const lb_sampling & s, int32_t rows, int32_t n_vocab) const;
     // rows: the call's last `rows` tokens
-    void upload(const SampleTail & t, const lb_sampling & s, const CallTokens & call, int32_t rows, int32_t n_vocab);
+    void upload(ggml_backend_t backend, const SampleTail & t, const lb_sampling & s, const CallTokens & call,
+                int32_t rows, int32_t n_vocab);
     // a tail this call does not read: neutral inputs (T = 1, no penalty) keep its unused math finite
-    void upload_neutral(const SampleTail & t, int32_t rows, int32_t n_vocab);
+    void upload_neutral(ggml_backend_t backend, const SampleTail & t, int32_t rows, int32_t n_vocab);
     static void download(const SampleTail & t, const lb_sampling & s, int32_t rows);
 
 private:
@@ -67,7 +69,8 @@ private:
     std::vector<int64_t> set_;
     std::vector<float> pos_, neg_, sub_;
 
-    void upload_slots(const SampleTail & t, const lb_sampling * s, int32_t rows, int32_t n_vocab);
+    void upload_slots(ggml_backend_t backend, const SampleTail & t, const lb_sampling * s, int32_t rows,
+                      int32_t n_vocab);
 };
 
 }  // namespace lb

@@ -35,15 +35,15 @@ size_t TokenEmbedding::plan(ggml_backend_buffer_type_t buft) {
 
 size_t TokenEmbedding::bytes() const { return buf_ ? ggml_backend_buffer_get_size(buf_.get()) : 0; }
 
-void TokenEmbedding::stage(const int32_t * toks, int32_t n, ggml_tensor * index) {
+void TokenEmbedding::stage(ggml_backend_t backend, const int32_t * toks, int32_t n, ggml_tensor * index) {
     check(n >= 1 && n <= capacity() && host_rows_ != nullptr, LB_E_STATE,
           "token embedding: " + std::to_string(n) + " rows asked of a staging matrix of " + std::to_string(capacity()));
     host_.resize(size_t(n) * row_bytes_);
     for (int32_t i = 0; i < n; ++i) {  // ids were checked against n_vocab by the caller
         std::memcpy(host_.data() + size_t(i) * row_bytes_, host_rows_ + size_t(toks[i]) * row_bytes_, row_bytes_);
     }
-    ggml_backend_tensor_set(stage_, host_.data(), 0, host_.size());
-    ggml_backend_tensor_set(index, index_.data(), 0, size_t(n) * sizeof(int32_t));
+    set_input(backend, stage_, host_.data(), host_.size());
+    set_input(backend, index, index_.data(), size_t(n) * sizeof(int32_t));
 }
 
 }  // namespace lb

@@ -10,8 +10,9 @@
 //   layout(table, rows)       the staging tensor's metadata: `rows` rows of the table's type
 //   alloc(backend) / plan(buft) its memory / the bytes alloc would take (lb_memory_plan)
 //   set_host_rows(p)          where the table's rows are in host memory (row i at p + i * row bytes)
-//   stage(toks, n, index)     rows of toks[0..n) -> staging rows 0..n-1, and 0..n-1 -> index (the
-//                             graph's i32 input), so ggml_get_rows(rows(), index) reads them
+//   stage(backend, toks, n,   rows of toks[0..n) -> staging rows 0..n-1, and 0..n-1 -> index (the
+//         index)              graph's i32 input), so ggml_get_rows(rows(), index) reads them (copies on
+//                             the backend's stream, set_input: the graph computed next reads them)
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,7 @@ public:
     ggml_tensor * rows() const { return stage_; }  // [n_embd, rows] of the table's type
     int32_t capacity() const { return stage_ ? int32_t(stage_->ne[1]) : 0; }
     size_t bytes() const;                           // the allocated staging memory
-    void stage(const int32_t * toks, int32_t n, ggml_tensor * index);
+    void stage(ggml_backend_t backend, const int32_t * toks, int32_t n, ggml_tensor * index);
 
 private:
     const char * host_rows_ = nullptr;

@@ -48,8 +48,8 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
         }
         allowed[size_t(i) * size_t(n) + size_t(i)] = 1;
     }
-    model->embedding.stage(toks, n, g.tokens);
-    lb::set_graph_input(g.parents, parents, size_t(n) * sizeof(int32_t));
+    model->embedding.stage(backend.get(), toks, n, g.tokens);
+    lb::set_input(backend.get(), g.parents, parents, size_t(n) * sizeof(int32_t));
     set_positions_and_slots(g, n, depth_host_.data());
     if (g.mask) verify_mask_.set(backend.get(), g.mask, verify_slot_.builds, n, n_kv, n_past, allowed.data());
     run_sampled(g, sampling, {toks, parents, n}, n, "verify");
@@ -101,7 +101,7 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
     const int64_t rows = g.path->ne[1];
     i32_host_.resize(size_t(n_path * rows));
     for (int64_t r = 0; r < rows; ++r) std::copy(path, path + n_path, i32_host_.begin() + r * n_path);
-    lb::set_graph_input(g.path, i32_host_.data(), i32_host_.size() * sizeof(int32_t));
+    lb::set_input(backend.get(), g.path, i32_host_.data(), i32_host_.size() * sizeof(int32_t));
     if (g.kv_src) {
         i32_host_.resize(size_t(n_path));
         kv_idx_host_.resize(size_t(n_path));
@@ -109,8 +109,8 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
             i32_host_[size_t(i)] = n_past + path[i];
             kv_idx_host_[size_t(i)] = n_past + i;
         }
-        lb::set_graph_input(g.kv_src, i32_host_.data(), size_t(n_path) * sizeof(int32_t));
-        lb::set_graph_input(g.kv_dst, kv_idx_host_.data(), size_t(n_path) * sizeof(int64_t));
+        lb::set_input(backend.get(), g.kv_src, i32_host_.data(), size_t(n_path) * sizeof(int32_t));
+        lb::set_input(backend.get(), g.kv_dst, kv_idx_host_.data(), size_t(n_path) * sizeof(int64_t));
     }
     if (ggml_graph_n_nodes(g.meta.gf) > 0) compute(g.meta.gf, "commit");
     sampled_rows_ = 0;

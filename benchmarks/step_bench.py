@@ -5,8 +5,10 @@
 
 AR: tok/s of lb_step after warm-up, and the fraction of the memory roofline (weight bytes one token
 reads over the measured copy bandwidth, passed as --copy-gbs). Speculative (with a draft): median
-ms of draft, verify at --budget, commit and Python host work per step, at each context length,
-with the memory the engine holds (lb_memory_get) next to what lb_memory_plan predicted for it.
+ms of draft, verify at --budget, commit (its graphs' time included: lb_sync) and Python host work per
+step, at each context length, with the memory the engine holds (lb_memory_get) next to what lb_memory_plan
+predicted for it, and the median wall time of a step run back to back as a generation runs it (the host's work
+after a commit overlapping the commit's graphs, which lb_commit leaves running).
 --temperature T > 0 runs the same step sampled (device sampling tail + host draw; add
 --repeat-penalty to include the penalty stage), so two runs show its cost per step.
 A fill that outlasts one call of a lent GPU (a 256K prompt) runs in two: --save-state FILE --save-at N
@@ -149,7 +151,8 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
     ("load", FILE, 0) starts from such a file and prefills the rest."""
     h.reset()
     n_steps = steps + 4 + (steps if profiler is not None else 0)  # 4 warm-up steps, then the timed ones
-    n_prompt = prompt_tokens or ctx - 2 * (gen.budget + 2) * (n_steps + 4)
+    # room for them, each with its AR step, and for `steps` more back to back (below)
+    n_prompt = prompt_tokens or ctx - 2 * (gen.budget + 2) * (n_steps + steps + 4)
     prompt = rng.integers(0, min(info["n_vocab"], 150000), n_prompt).astype(np.int32)
     if state is not None and state[0] == "save":
         h.prefill(prompt[:state[2]])
@@ -169,22 +172,41 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
         timed = i < steps + 4
         r = step.run(last, history, 1 << 30, ()) if timed else profiler.runcall(step.run, last, history, 1 << 30, ())
         history += r.committed
+        s = time.perf_counter()
+        h.sync()  # the commit's graphs, which lb_commit leaves running: its time, not the AR step's
+        commit_s = r.commit_s + time.perf_counter() - s
         g = time.perf_counter()
         nxt = h.step(r.bonus)  # one AR step at the same context, for the verify/AR ratio
         k = time.perf_counter()
         history.append(r.bonus)
         last = nxt
         if 4 <= i < steps + 4:
-            t_draft.append(r.draft_s); t_verify.append(r.verify_s); t_commit.append(r.commit_s)
+            t_draft.append(r.draft_s); t_verify.append(r.verify_s); t_commit.append(commit_s)
             t_host.append(r.host_s); t_ar.append(k - g)
             caller = {"draft": r.draft_s, "verify": r.verify_s, "commit": r.commit_s, "step": k - g}
             for kind in CALL_SPLIT:
                 split[kind].append(dict(h.call_times(kind), caller_ms=1e3 * caller[kind]))
+    # The step as a generation runs it: steps back to back, the host's work after each commit (the Python between the
+    # steps, the next draft's inputs) overlapping the commit's graphs. The median of the times from one step's start
+    # to the next's (a step that builds a graph for a new commit length is one sample).
+    h.sync()
+    back_to_back, t_prev = [], time.perf_counter()
+    for _ in range(steps):
+        r = step.run(last, history, 1 << 30, ())
+        if r is None:  # the context is full (a --prompt-tokens run)
+            break
+        history += r.committed
+        last = r.bonus
+        t = time.perf_counter()
+        back_to_back.append(t - t_prev)
+        t_prev = t
+    h.sync()
     med = lambda xs: 1e3 * statistics.median(xs)
     return {"ctx": ctx, "prefill_tokens": n_prompt - resumed, "resumed_from": resumed, "prefill_s": prefill_s,
             "budget": gen.budget,
             "temperature": gen.temperature, "draft_ms": med(t_draft), "verify_ms": med(t_verify),
             "commit_ms": med(t_commit), "host_ms": med(t_host), "ar_step_ms": med(t_ar),
+            "back_to_back_ms": med(back_to_back) if back_to_back else float("nan"),
             "gpu_mem_mib": gpu_memory_used_mib(), "held_mib": sum(h.memory().values()) / 2**20,
             "call_times": {kind: {part: statistics.median(t[part] for t in ts) for part in ts[0]}
                            for kind, ts in split.items()}}
@@ -260,8 +282,8 @@ def main() -> None:
     if args.draft:
         results["spec"] = []
         print("\n| ctx | draft ms | verify(%d) ms | commit ms | host ms | AR step ms | verify/AR | draft/verify | GPU MiB "
-              "| held MiB | plan MiB | prefill tok/s |" % args.budget)
-        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+              "| held MiB | plan MiB | prefill tok/s | step back to back ms |" % args.budget)
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
         for ctx in ctxs:
             opts = dict(max_ctx=ctx, kv_type=args.kv, device=args.device, max_tree=max(64, args.budget + 1),
                         draft_window=args.draft_window, draft_weights=args.draft_weights, ubatch=args.ubatch)
@@ -285,7 +307,8 @@ def main() -> None:
             print(f"| {ctx} | {r['draft_ms']:.2f} | {r['verify_ms']:.2f} | {r['commit_ms']:.2f} | {r['host_ms']:.3f} | "
                   f"{r['ar_step_ms']:.2f} | {r['verify_ms'] / r['ar_step_ms']:.2f} | "
                   f"{r['draft_ms'] / r['verify_ms']:.2f} | {r['gpu_mem_mib']} | {r['held_mib']:.0f} | "
-                  f"{sum(plan.values()) / 2**20:.0f} | {r['prefill_tokens'] / r['prefill_s']:.0f} |")
+                  f"{sum(plan.values()) / 2**20:.0f} | {r['prefill_tokens'] / r['prefill_s']:.0f} | "
+                  f"{r['back_to_back_ms']:.2f} |")
             r["plan"] = plan
         if results["spec"]:
             print_call_split(results["spec"])

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-ABI_VERSION = 6  # must equal LB_ABI_VERSION in lucebox.h
+ABI_VERSION = 7  # must equal LB_ABI_VERSION in lucebox.h
 
 LIB_ENV = "LUCEBOX_LIB"
 LIB_NAME = "liblucebox.so"
@@ -164,6 +164,8 @@ _PROTOTYPES = [
     ("lb_state_load", ctypes.c_int32, [_engine_p, ctypes.c_void_p, ctypes.c_int64]),
     # int32_t lb_call_times_get(const lb_engine * e, int32_t kind, lb_call_times * out);
     ("lb_call_times_get", ctypes.c_int32, [_engine_p, ctypes.c_int32, ctypes.POINTER(CallTimes)]),
+    # int32_t lb_sync(lb_engine * e);
+    ("lb_sync", ctypes.c_int32, [_engine_p]),
     # void lb_free(lb_engine * e);
     ("lb_free", None, [_engine_p]),
 ]
@@ -372,6 +374,10 @@ class Handle:
         out = CallTimes()
         _check(lib().lb_call_times_get(self._p(), CALL_KINDS[kind], ctypes.byref(out)))
         return out.as_dict()
+
+    def sync(self) -> None:
+        """Wait until the device has run what the engine queued (lb_sync: a commit's graphs), e.g. to time it."""
+        _check(lib().lb_sync(self._p()))
 
     def n_past(self) -> int:
         """Tokens the native caches hold now (P)."""

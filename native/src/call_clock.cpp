@@ -10,11 +10,16 @@ void CallClock::begin(int32_t kind) {
     begin_ = clock::now();
 }
 
-ggml_status CallClock::compute(ggml_backend_t backend, ggml_cgraph * gf) {
+ggml_status CallClock::compute(ggml_backend_t backend, ggml_cgraph * gf, bool wait) {
     const clock::time_point t0 = clock::now();
     const ggml_status st = ggml_backend_graph_compute_async(backend, gf);
     const clock::time_point t1 = clock::now();
-    ggml_backend_synchronize(backend);
+    if (wait) {
+        ggml_backend_synchronize(backend);
+        running_ = false;
+    } else {
+        running_ = true;
+    }
     const clock::time_point t2 = clock::now();
     if (kind_ < 0) return st;  // a graph outside an ABI call (none today): not timed
     if (graphs_++ == 0) first_launch_ = t0;
@@ -22,6 +27,12 @@ ggml_status CallClock::compute(ggml_backend_t backend, ggml_cgraph * gf) {
     wait_ += t2 - t1;
     last_wait_ = t2;
     return st;
+}
+
+void CallClock::settle(ggml_backend_t backend) {
+    if (!running_) return;
+    ggml_backend_synchronize(backend);
+    running_ = false;
 }
 
 void CallClock::end(bool ok) {

@@ -170,8 +170,8 @@ ggml_tensor * DraftModel::rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor *
     return rms_norm(ctx, x, w, cfg_.rms_eps);
 }
 
-void DraftModel::compute(ggml_cgraph * gf, const char * what) {
-    if (target_.clock->compute(backend_, gf) != GGML_STATUS_SUCCESS) {
+void DraftModel::compute(ggml_cgraph * gf, const char * what, bool wait) {
+    if (target_.clock->compute(backend_, gf, wait) != GGML_STATUS_SUCCESS) {
         throw Error(LB_E_BACKEND, std::string("draft: ") + what + " graph failed on " + ggml_backend_name(backend_));
     }
 }
@@ -301,7 +301,8 @@ void DraftModel::append_chunk(const std::vector<ggml_tensor *> * feats, const in
     set_input(backend_, g.slots, host_.slots.data(), ggml_nbytes(g.slots));
     if (g.host) set_input(backend_, g.host, host, ggml_nbytes(g.host));
     if (g.rows) set_input(backend_, g.rows, rows, ggml_nbytes(g.rows));
-    compute(g.meta.gf, "append");
+    // left running: nothing reads the context rows before the next proposal, whose graph queues after this one
+    compute(g.meta.gf, "append", /*wait=*/false);
     for (int32_t i = 0; i < n; ++i) slot_pos_[size_t(slot0 + i)] = n_past_ + i;
     n_past_ += n;
 }

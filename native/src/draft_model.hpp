@@ -173,7 +173,8 @@ private:
                       int32_t n);
     ggml_tensor * project_context(ggml_context * ctx, ggml_tensor * feat_cat) const;
     ggml_tensor * rms(ggml_context * ctx, ggml_tensor * x, ggml_tensor * w) const;
-    void compute(ggml_cgraph * gf, const char * what);
+    // the engine's clock's compute (wait == false: left running, see CallClock::compute)
+    void compute(ggml_cgraph * gf, const char * what, bool wait = true);
     bool flash_supported(ggml_backend_dev_t dev) const;
 
     // propose(), in stages (draft_propose.cpp): the graph, its inputs and outputs.

@@ -189,8 +189,8 @@ void lb_engine::processed_row(int32_t row, float * out, int64_t cap) {
                             size_t(n_vocab) * sizeof(float));
 }
 
-void lb_engine::compute(ggml_cgraph * gf, const char * what) {
-    const ggml_status st = call_clock.compute(backend.get(), gf);
+void lb_engine::compute(ggml_cgraph * gf, const char * what, bool wait) {
+    const ggml_status st = call_clock.compute(backend.get(), gf, wait);
     check(st == GGML_STATUS_SUCCESS, LB_E_BACKEND,
           std::string(what) + " failed on " + backend.name() + " (ggml status " + std::to_string(int(st)) + ")");
 }

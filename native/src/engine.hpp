@@ -79,7 +79,11 @@ struct lb_engine {
                 int64_t logits_cap, const lb_sampling * sampling = nullptr);
     // Row `row` of the last sampled forward's processed logits (lb_processed_row).
     void processed_row(int32_t row, float * out, int64_t cap);
+    // Leaves its graphs running (the target's replay, the draft's append): the next call's host work overlaps them.
+    // Every other call but draft_block (whose reads wait for its own graph, queued after them) starts with settle().
     void commit(const int32_t * path, int32_t n_path);
+    // Waits for the graphs commit left running (api.cpp, before any call that reads or writes device memory).
+    void settle() { call_clock.settle(backend.get()); }
     // Drafts the block after `last` (see lucebox.h lb_draft). LB_E_STATE without a draft.
     void draft_block(int32_t last, int32_t top_k, int32_t * ids, float * logp, int64_t cap);
 
@@ -137,6 +141,6 @@ private:
                           int32_t n);
     void run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, const lb::CallTokens & call, int32_t rows,
                      const char * what);
-    void compute(ggml_cgraph * gf, const char * what);
+    void compute(ggml_cgraph * gf, const char * what, bool wait = true);
     void load_draft(const std::string & dir, const lb::DraftOptions & options);
 };

@@ -112,7 +112,7 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
         lb::set_input(backend.get(), g.kv_src, i32_host_.data(), size_t(n_path) * sizeof(int32_t));
         lb::set_input(backend.get(), g.kv_dst, kv_idx_host_.data(), size_t(n_path) * sizeof(int64_t));
     }
-    if (ggml_graph_n_nodes(g.meta.gf) > 0) compute(g.meta.gf, "commit");
+    if (ggml_graph_n_nodes(g.meta.gf) > 0) compute(g.meta.gf, "commit", /*wait=*/false);
     sampled_rows_ = 0;
     n_past += n_path;
     verify_pending_ = false;

@@ -59,6 +59,7 @@ int run(int argc, char ** argv) {
     const int32_t n_embd = e.model->hp.n_embd;
     std::vector<float> out, col(static_cast<size_t>(n_embd));
     e.on_commit = [&](const int32_t * rows, int32_t n, int32_t /* unread: 0 without a draft */) {
+        e.settle();  // a commit's graph may still run (lb_engine::commit): these reads go around the backend's stream
         for (int32_t i = 0; i < n; ++i) {
             const int32_t c = rows ? rows[i] : i;
             for (ggml_tensor * t : e.cache.capture) {

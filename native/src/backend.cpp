@@ -169,13 +169,30 @@ BatchDependentKernels::~BatchDependentKernels() {
 #endif
 }
 
+namespace {
+// whether t lives in the backend's own buffers, where its queued copies (the *_async setters) may go
+bool in_own_buffer(ggml_backend_t backend, const ggml_tensor * t) {
+    const ggml_backend_buffer_t buf = t->view_src ? t->view_src->buffer : t->buffer;
+    return ggml_backend_buffer_get_type(buf) == ggml_backend_get_default_buffer_type(backend);
+}
+}  // namespace
+
 void set_input(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t bytes) {
     if (!t || !t->buffer) return;
-    const ggml_backend_buffer_t buf = t->view_src ? t->view_src->buffer : t->buffer;
-    if (ggml_backend_buffer_get_type(buf) == ggml_backend_get_default_buffer_type(backend)) {
+    if (in_own_buffer(backend, t)) {
         ggml_backend_tensor_set_async(backend, t, data, 0, bytes);
     } else {
         ggml_backend_tensor_set(t, data, 0, bytes);
+    }
+}
+
+void set_input_2d(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t offset, size_t size,
+                  size_t n_copies, size_t stride_tensor, size_t stride_data) {
+    if (!t || !t->buffer) return;
+    if (in_own_buffer(backend, t)) {
+        ggml_backend_tensor_set_2d_async(backend, t, data, offset, size, n_copies, stride_tensor, stride_data);
+    } else {
+        ggml_backend_tensor_set_2d(t, data, offset, size, n_copies, stride_tensor, stride_data);
     }
 }
 

@@ -70,6 +70,10 @@ size_t plan_graph_bytes(ggml_cgraph * gf, ggml_backend_buffer_type_t buft);
 // not change before the graph's wait (every engine call ends with one). Inputs a graph does not use have no buffer and
 // are skipped; a tensor outside the backend's own buffers, and the CPU backend, get ggml_backend_tensor_set.
 void set_input(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t bytes);
+// set_input of n_copies runs of `size` bytes, stride_data apart in host memory and stride_tensor apart in t from byte
+// `offset` (ggml_backend_tensor_set_2d's arguments).
+void set_input_2d(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t offset, size_t size,
+                  size_t n_copies, size_t stride_tensor, size_t stride_data);
 
 // Tags a graph that will be computed again unchanged (same tensors, same addresses; only input
 // values differ), so ggml-cuda replays its captured CUDA graph without re-checking every node

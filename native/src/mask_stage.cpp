@@ -3,6 +3,8 @@
 
 #include <algorithm>
 
+#include "backend.hpp"
+
 namespace lb {
 
 uint16_t * MaskStage::reserve(ggml_backend_t backend, size_t values) {
@@ -58,10 +60,10 @@ void MaskStage::set(ggml_backend_t backend, ggml_tensor * dst, int32_t dst_graph
     const bool kept = (dst->flags & GGML_TENSOR_FLAG_OUTPUT) != 0;
     const size_t ld = size_t(n_kv) * sizeof(uint16_t);
     if (same_rows && kept && sent_to_ == dst->data && sent_graph_ == dst_graph) {
-        ggml_backend_tensor_set_2d(dst, mask + from, size_t(from) * sizeof(uint16_t),
-                                   size_t(P + n - from) * sizeof(uint16_t), size_t(n), ld, ld);
+        set_input_2d(backend, dst, mask + from, size_t(from) * sizeof(uint16_t), size_t(P + n - from) * sizeof(uint16_t),
+                     size_t(n), ld, ld);
     } else {
-        ggml_backend_tensor_set(dst, mask, 0, size_t(n) * ld);
+        set_input(backend, dst, mask, size_t(n) * ld);
     }
     sent_to_ = kept ? dst->data : nullptr;
     sent_graph_ = dst_graph;

@@ -9,7 +9,8 @@
 // than its attention kernels account for: twenty-third and twenty-sixth sessions, H100 / H200).
 // Successive verifies (and AR steps) keep n and n_kv, and P only grows, so between them a row changes
 // only in [P_last, P + n): that span is written on the host and, where the graph keeps its mask's
-// memory between computes (ggml_set_output on the input), sent as one 2-D copy of n short rows.
+// memory between computes (ggml_set_output on the input), sent as one 2-D copy of n short rows. Copies queue on
+// the backend's stream (set_input): the pinned host copy changes only in the next set, after this call's wait.
 // Measured (H100, twenty-seventh session, run.sh libab, one run each): the 128K verify 28.52 -> 26.42 ms,
 // the AR step 13.87 -> 13.60 ms; nothing at 4K.
 #pragma once

@@ -7,7 +7,9 @@ torch.profiler (which records every kernel of the process, ggml's included).
 For each stage: wall ms per call, summed kernel ms per call (the gap is launch/host time), the
 kernels that take the most time, grouped by a shortened name, and the same time by component (issue 20's
 table: launches, ms, and for the target's quantized products the weight bytes a call streams, GB/s and
-the share of the measured copy bandwidth). Speed only: random weights.
+the share of the measured copy bandwidth). Then speculative steps back to back as a generation runs them:
+their wall time against the time some kernel of theirs ran (the union of the kernels' spans), the rest being
+time the device had nothing to run (the host's work between calls, launches). Speed only: random weights.
 """
 from __future__ import annotations
 
@@ -22,6 +24,10 @@ from torch.profiler import ProfilerActivity, profile
 
 from lucebox import ddtree
 from lucebox._native import Handle
+from lucebox.config import GenerationConfig
+from lucebox.decode import Step
+from lucebox.drafters import NativeDrafter
+from lucebox.sampling import Sampler
 from step_bench import copy_bandwidth_gbs, weight_bytes_per_token
 
 # A decode step's kernels by component, first match wins (short names; the invariant attention's kernels live in
@@ -96,6 +102,7 @@ def run_stage(label: str, fn, n_calls: int, top: int, product_bytes: int, copy_g
         t0 = time.perf_counter()
         for _ in range(n_calls):
             fn()
+        torch.cuda.synchronize()  # a commit returns with its graphs still running
         wall = (time.perf_counter() - t0) * 1e3 / n_calls
     total, rows = kernel_table(prof, n_calls)
     print(f"\n### {label}: wall {wall:.2f} ms/call, kernels {total:.2f} ms/call, "
@@ -168,8 +175,48 @@ def main() -> None:
             commit_only()
         total, krows = kernel_table(prof, 1)
         print(f"\n### commit(1): kernels {total:.3f} ms, {sum(r[1] for r in krows)} kernels")
+        profile_back_to_back(h, info, state["last"], args)
     if args.prefill:
         profile_prefill(args, rng)
+
+
+def busy_ms(prof) -> float:
+    """The time some kernel ran: the union of the kernels' spans (they overlap under dependent launch)."""
+    spans = sorted((ev.time_range.start, ev.time_range.end) for ev in prof.events()
+                   if ev.device_type == torch.autograd.DeviceType.CUDA)
+    busy, end = 0.0, float("-inf")
+    for a, b in spans:
+        if b > end:
+            busy += b - max(a, end)
+            end = b
+    return busy / 1e3
+
+
+def profile_back_to_back(h: Handle, info: dict, last: int, args) -> None:
+    """Speculative steps as lucebox.decode.Step runs them in a generation (draft, tree, verify, commit), one after
+    another: wall ms a step against the ms a step's kernels kept the device busy."""
+    gen = GenerationConfig(budget=args.budget, draft_top_k=args.draft_top_k)
+    step = Step(h, info, "ddtree", NativeDrafter(h, info["block_size"]), gen, Sampler.for_request(gen, info))
+    history = h.committed_tokens()
+
+    def run(n: int) -> None:
+        nonlocal last
+        for _ in range(n):
+            r = step.run(last, history, 1 << 30, ())
+            history.extend(r.committed)
+            last = r.bonus
+
+    run(4)  # commit graphs of new path lengths are built outside the profile (most of them)
+    h.sync()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        run(args.calls * 2)
+        h.sync()
+        wall = (time.perf_counter() - t0) * 1e3 / (args.calls * 2)
+    busy = busy_ms(prof) / (args.calls * 2)
+    print(f"\n### speculative steps back to back: wall {wall:.2f} ms/step, kernels busy {busy:.2f} ms/step, "
+          f"device idle {wall - busy:.2f} ms/step ({100 * (wall - busy) / wall:.1f}%)")
 
 
 def profile_prefill(args, rng) -> None:

@@ -198,12 +198,15 @@ void DraftModel::append(const std::vector<ggml_tensor *> & feats, const int32_t 
         throw Error(LB_E_INVALID_ARG, "draft: features are " + std::to_string(width) + " wide, fc takes " +
                                                std::to_string(cfg_.n_feat()) + " (capture target_layer_ids in order)");
     }
-    std::vector<int32_t> all;
-    if (!rows) {
-        all.resize(size_t(n));
+    // the rows in memory of our own: their copies may run after the call that handed them over returns (lb_commit's
+    // path), and a caller's pinned memory would be read only then (set_input)
+    std::vector<int32_t> all(static_cast<size_t>(n));
+    if (rows) {
+        std::copy(rows, rows + n, all.begin());
+    } else {
         std::iota(all.begin(), all.end(), 0);
-        rows = all.data();
     }
+    rows = all.data();
     // their slots are marked empty: should a later micro-batch of the prefill fail before overwriting them, the
     // windowed layers hide the older rows left there (full-attention layers see them: acceptance only)
     for (int32_t i = std::max(0, unread - ctx_size_); i < unread; ++i) slot_pos_[size_t((n_past_ + i) % ctx_size_)] = -1;
@@ -211,6 +214,8 @@ void DraftModel::append(const std::vector<ggml_tensor *> & feats, const int32_t 
     for (int32_t done = unread; done < n;) {
         const int32_t slot = n_past_ % ctx_size_;
         const int32_t take = std::min({n - done, kAppendChunk, ctx_size_ - slot});
+        // the chunk before runs unwaited: a rebuilt graph must not free memory it still uses (a prefill's chunks)
+        if (done > unread) target_.clock->settle(backend_);
         append_chunk(&feats, rows + done, nullptr, take);
         done += take;
     }
@@ -221,6 +226,7 @@ void DraftModel::append_host(const float * feats, int32_t n) {
     for (int32_t done = 0; done < n;) {
         const int32_t slot = n_past_ % ctx_size_;
         const int32_t take = std::min({n - done, kAppendChunk, ctx_size_ - slot});
+        if (done > 0) target_.clock->settle(backend_);  // as in append()
         append_chunk(nullptr, nullptr, feats + size_t(done) * size_t(cfg_.n_feat()), take);
         done += take;
     }

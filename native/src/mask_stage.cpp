@@ -13,6 +13,7 @@ uint16_t * MaskStage::reserve(ggml_backend_t backend, size_t values) {
     // (doubling would hold up to twice a 256K prefill's 256 MB mask)
     const size_t want = std::max(values, capacity_ + capacity_ / 2);
     n_ = 0;  // what was there is not kept
+    if (pinned_) ggml_backend_synchronize(backend);  // a copy of the old buffer may still be queued (set_input)
     pinned_.reset();
     data_ = nullptr;
     ggml_backend_dev_t dev = ggml_backend_get_device(backend);

@@ -167,6 +167,7 @@ int run(const Args & a) {
             int32_t n;
             ss >> n;
             model->append_host(read_feats(n).data(), n);
+            tt.clock.settle(be);  // the append's graphs run unwaited (DraftModel::append_chunk)
         } else if (cmd == "append_rows") {
             int32_t n, m;
             ss >> n >> m;
@@ -186,6 +187,7 @@ int run(const Args & a) {
                 ggml_backend_tensor_set(ts[j], col.data(), 0, col.size() * 4);
             }
             model->append(ts, rows.data(), n);
+            tt.clock.settle(be);  // before `own` frees the features the append reads
         } else if (cmd == "propose") {
             int32_t last, k;
             ss >> last >> k;

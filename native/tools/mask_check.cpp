@@ -156,6 +156,7 @@ int run(int argc, char ** argv) {
         in_part += same_rows && !rebuilt && graph.kept;  // what the stage may send as the changed spans alone
         ++builds;
         stage.set(backend.get(), graph.mask, graph.builds, n, n_kv, P, a);
+        ggml_backend_synchronize(backend.get());  // the stage queues its copies on the backend's stream (set_input)
         const std::vector<uint16_t> want = scratch(n, n_kv, P, a);
         got.resize(want.size());
         ggml_backend_tensor_get(graph.mask, got.data(), 0, got.size() * sizeof(uint16_t));

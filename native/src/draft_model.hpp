@@ -234,7 +234,7 @@ private:
     struct HostStaging {
         std::vector<int32_t> toks, pos;    // [B] (pos: [n] in append)
         std::vector<int64_t> slots;        // [B] ([n] in append)
-        std::vector<ggml_fp16_t> mask;     // [B, n_kv]
+        std::vector<ggml_fp16_t> mask;     // [mask kinds][B, n_kv]
         std::vector<int32_t> ids, order;   // [B-1, K], [K]
         std::vector<float> logp;           // [B-1, K]
     } host_;

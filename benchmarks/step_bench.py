@@ -151,8 +151,9 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
     ("load", FILE, 0) starts from such a file and prefills the rest."""
     h.reset()
     n_steps = steps + 4 + (steps if profiler is not None else 0)  # 4 warm-up steps, then the timed ones
-    # room for them, each with its AR step, and for `steps` more back to back (below)
-    n_prompt = prompt_tokens or ctx - 2 * (gen.budget + 2) * (n_steps + steps + 4)
+    # room for them, each with its AR step, at most; they commit a few tokens each (random weights), which leaves room
+    # for the steps back to back below (they stop where the context is full)
+    n_prompt = prompt_tokens or ctx - 2 * (gen.budget + 2) * (n_steps + 4)
     prompt = rng.integers(0, min(info["n_vocab"], 150000), n_prompt).astype(np.int32)
     if state is not None and state[0] == "save":
         h.prefill(prompt[:state[2]])

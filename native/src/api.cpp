@@ -44,15 +44,22 @@ int32_t guarded(F && f) {
 #define LB_NEED_ENGINE(e, fn) \
     if (!(e)) return fail(LB_E_INVALID_ARG, fn ": engine is NULL (load it with lb_load first)")
 
-// guarded() for a call that runs graphs: the engine's clock times it as a call of `kind` (lb_call_times_get). All but
-// lb_draft first wait for the graphs lb_commit left running (lb_engine::settle); lb_draft's inputs queue after them.
+// guarded() for a call that reaches device memory: it first waits for the graphs lb_commit left running
+// (lb_engine::settle). lb_draft alone does not: its inputs queue after them and its reads wait for its own graph.
+template <typename F>
+int32_t settled(lb_engine * e, F && f) {
+    return guarded([&] {
+        e->settle();
+        f();
+    });
+}
+
+// settled() (guarded() for lb_draft) for a call that runs graphs: the engine's clock times it as a call of `kind`
+// (lb_call_times_get)
 template <typename F>
 int32_t timed(lb_engine * e, int32_t kind, F && f) {
     e->call_clock.begin(kind);
-    const int32_t st = guarded([&] {
-        if (kind != LB_CALL_DRAFT) e->settle();
-        f();
-    });
+    const int32_t st = kind == LB_CALL_DRAFT ? guarded(std::forward<F>(f)) : settled(e, std::forward<F>(f));
     e->call_clock.end(st == LB_OK);
     return st;
 }
@@ -128,10 +135,7 @@ LB_API int32_t lb_memory_get(const lb_engine * e, lb_memory * out) {
 
 LB_API int32_t lb_reset(lb_engine * e) {
     LB_NEED_ENGINE(e, "lb_reset");
-    return guarded([&] {
-        e->settle();
-        e->reset();
-    });
+    return settled(e, [&] { e->reset(); });
 }
 
 LB_API int32_t lb_prefill(lb_engine * e, const int32_t * toks, int32_t n, int32_t * out_next, float * logits,
@@ -183,10 +187,7 @@ LB_API int32_t lb_step_sampled(lb_engine * e, int32_t tok, int32_t * out_next, c
 
 LB_API int32_t lb_processed_row(lb_engine * e, int32_t row, float * out, int64_t cap) {
     LB_NEED_ENGINE(e, "lb_processed_row");
-    return guarded([&] {
-        e->settle();
-        e->processed_row(row, out, cap);
-    });
+    return settled(e, [&] { e->processed_row(row, out, cap); });
 }
 
 LB_API int32_t lb_sampling_draw(const lb_sampling * s, int32_t rows, const int64_t * positions) {
@@ -207,19 +208,13 @@ LB_API int32_t lb_state_size(const lb_engine * e, int64_t * out_bytes) {
 LB_API int32_t lb_state_save(lb_engine * e, void * buf, int64_t cap, int64_t * out_written) {
     LB_NEED_ENGINE(e, "lb_state_save");
     if (!buf || !out_written) return fail(LB_E_INVALID_ARG, "lb_state_save: buf and out_written must not be NULL");
-    return guarded([&] {
-        e->settle();
-        *out_written = int64_t(e->state_save(static_cast<uint8_t *>(buf), cap));
-    });
+    return settled(e, [&] { *out_written = int64_t(e->state_save(static_cast<uint8_t *>(buf), cap)); });
 }
 
 LB_API int32_t lb_state_load(lb_engine * e, const void * buf, int64_t n) {
     LB_NEED_ENGINE(e, "lb_state_load");
     if (!buf) return fail(LB_E_INVALID_ARG, "lb_state_load: buf must not be NULL");
-    return guarded([&] {
-        e->settle();
-        e->state_load(static_cast<const uint8_t *>(buf), n);
-    });
+    return settled(e, [&] { e->state_load(static_cast<const uint8_t *>(buf), n); });
 }
 
 LB_API int32_t lb_call_times_get(const lb_engine * e, int32_t kind, lb_call_times * out) {
@@ -235,11 +230,11 @@ LB_API int32_t lb_call_times_get(const lb_engine * e, int32_t kind, lb_call_time
 
 LB_API int32_t lb_sync(lb_engine * e) {
     LB_NEED_ENGINE(e, "lb_sync");
-    return guarded([&] { e->settle(); });
+    return settled(e, [] {});
 }
 
 LB_API void lb_free(lb_engine * e) {
-    if (e) guarded([&] { e->settle(); });  // the buffers go before the graphs lb_commit left running would be done
+    if (e) settled(e, [] {});  // the buffers go before the graphs lb_commit left running would be done
     delete e;
 }
 

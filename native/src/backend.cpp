@@ -178,12 +178,7 @@ bool in_own_buffer(ggml_backend_t backend, const ggml_tensor * t) {
 }  // namespace
 
 void set_input(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t bytes) {
-    if (!t || !t->buffer) return;
-    if (in_own_buffer(backend, t)) {
-        ggml_backend_tensor_set_async(backend, t, data, 0, bytes);
-    } else {
-        ggml_backend_tensor_set(t, data, 0, bytes);
-    }
+    set_input_2d(backend, t, data, 0, bytes, 1, 0, 0);  // one run: ggml's 2-D setters copy it as their 1-D ones do
 }
 
 void set_input_2d(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t offset, size_t size,

@@ -200,13 +200,13 @@ void DraftModel::append(const std::vector<ggml_tensor *> & feats, const int32_t 
     }
     // the rows in memory of our own: their copies may run after the call that handed them over returns (lb_commit's
     // path), and a caller's pinned memory would be read only then (set_input)
-    std::vector<int32_t> all(static_cast<size_t>(n));
+    host_.rows.resize(size_t(n));
     if (rows) {
-        std::copy(rows, rows + n, all.begin());
+        std::copy(rows, rows + n, host_.rows.begin());
     } else {
-        std::iota(all.begin(), all.end(), 0);
+        std::iota(host_.rows.begin(), host_.rows.end(), 0);
     }
-    rows = all.data();
+    rows = host_.rows.data();
     // their slots are marked empty: should a later micro-batch of the prefill fail before overwriting them, the
     // windowed layers hide the older rows left there (full-attention layers see them: acceptance only)
     for (int32_t i = std::max(0, unread - ctx_size_); i < unread; ++i) slot_pos_[size_t((n_past_ + i) % ctx_size_)] = -1;

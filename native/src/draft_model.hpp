@@ -233,6 +233,7 @@ private:
     // host staging for graph inputs and outputs, reused by every append and propose
     struct HostStaging {
         std::vector<int32_t> toks, pos;    // [B] (pos: [n] in append)
+        std::vector<int32_t> rows;         // [n] in append: the capture columns of its tokens
         std::vector<int64_t> slots;        // [B] ([n] in append)
         std::vector<ggml_fp16_t> mask;     // [mask kinds][B, n_kv]
         std::vector<int32_t> ids, order;   // [B-1, K], [K]

@@ -39,6 +39,7 @@
 #include "draft_config.hpp"
 #include "draft_weights.hpp"
 #include "layers.hpp"
+#include "pinned_buffer.hpp"
 #include "token_embedding.hpp"
 
 namespace lb {
@@ -235,9 +236,11 @@ private:
         std::vector<int32_t> toks, pos;    // [B] (pos: [n] in append)
         std::vector<int32_t> rows;         // [n] in append: the capture columns of its tokens
         std::vector<int64_t> slots;        // [B] ([n] in append)
-        std::vector<ggml_fp16_t> mask;     // [mask kinds][B, n_kv]
         std::vector<int32_t> ids, order;   // [B-1, K], [K]
         std::vector<float> logp;           // [B-1, K]
     } host_;
+    // [mask kinds][B, n_kv] f16, page-locked: ~128 KB a kind, over the size CUDA queues from pageable memory without
+    // waiting for the stream, where a commit's graphs may still run (pinned_buffer.hpp)
+    PinnedBuffer mask_host_;
 };
 }  // namespace lb

@@ -181,18 +181,18 @@ void DraftModel::set_propose_inputs(const ProposeGraph & g, int32_t last, int32_
         host_.slots[size_t(i)] = n_valid + i;
     }
     const size_t mask_values = size_t(g.shape.n_kv) * size_t(B);
-    host_.mask.resize(mask_values * mask_kinds_.size());
+    auto * mask = static_cast<ggml_fp16_t *>(
+        mask_host_.reserve(backend_, mask_values * mask_kinds_.size() * sizeof(ggml_fp16_t)));
     for (size_t k = 0; k < mask_kinds_.size(); ++k) {
-        fill_mask(mask_kinds_[k], n_valid, g.shape.n_kv, B, host_.mask.data() + k * mask_values);
+        fill_mask(mask_kinds_[k], n_valid, g.shape.n_kv, B, mask + k * mask_values);
     }
     // The copies last, after all the host work: a commit's graphs may still run (lb_commit), and a copy from pageable
-    // memory may wait for them (CUDA stages it when the stream reaches it); until the first one, the host's work
-    // overlaps them.
+    // memory may wait for them (the masks and the embedding rows are page-locked; the rest is small).
     target_.embedding->stage(backend_, host_.toks.data(), B, g.toks);
     set_input(backend_, g.pos, host_.pos.data(), ggml_nbytes(g.pos));
     set_input(backend_, g.slots, host_.slots.data(), ggml_nbytes(g.slots));
     for (size_t k = 0; k < mask_kinds_.size(); ++k) {
-        set_input(backend_, g.masks[k], host_.mask.data() + k * mask_values, ggml_nbytes(g.masks[k]));
+        set_input(backend_, g.masks[k], mask + k * mask_values, ggml_nbytes(g.masks[k]));
     }
 }
 

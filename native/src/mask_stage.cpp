@@ -7,35 +7,11 @@
 
 namespace lb {
 
-uint16_t * MaskStage::reserve(ggml_backend_t backend, size_t values) {
-    if (values <= capacity_) return data_;
-    // by half again: a long prompt's micro-batches grow the mask a little each and pinned allocations are slow
-    // (doubling would hold up to twice a 256K prefill's 256 MB mask)
-    const size_t want = std::max(values, capacity_ + capacity_ / 2);
-    n_ = 0;  // what was there is not kept
-    if (pinned_) ggml_backend_synchronize(backend);  // a copy of the old buffer may still be queued (set_input)
-    pinned_.reset();
-    data_ = nullptr;
-    ggml_backend_dev_t dev = ggml_backend_get_device(backend);
-    ggml_backend_buffer_type_t host = dev ? ggml_backend_dev_host_buffer_type(dev) : nullptr;
-    if (host) {
-        pinned_.reset(ggml_backend_buft_alloc_buffer(host, want * sizeof(uint16_t)));
-        if (pinned_) data_ = static_cast<uint16_t *>(ggml_backend_buffer_get_base(pinned_.get()));
-    }
-    if (data_) {
-        plain_ = {};
-    } else {  // no host buffer type (the CPU backend), or the pinned allocation failed: pageable memory serves
-        pinned_.reset();
-        plain_.resize(want);
-        data_ = plain_.data();
-    }
-    capacity_ = want;
-    return data_;
-}
-
 void MaskStage::set(ggml_backend_t backend, ggml_tensor * dst, int32_t dst_graph, int32_t n, int32_t n_kv, int32_t P,
                     const uint8_t * allowed) {
-    uint16_t * mask = reserve(backend, size_t(n) * size_t(n_kv));
+    uint16_t * mask = static_cast<uint16_t *>(buf_.reserve(backend, size_t(n) * size_t(n_kv) * sizeof(uint16_t)));
+    data_ = mask;
+    if (buf_.grew()) n_ = 0;  // what was there is not kept
     // The same rows as last time with P grown: a row changed only in [P_, P + n) (it was open before P_ and
     // shut from P_ + n <= P + n on, and now is open before P and shut from P + n on).
     const bool same_rows = n_ == n && n_kv_ == n_kv && P_ <= P;

@@ -17,10 +17,9 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <vector>
 
 #include "ggml-backend.h"
-#include "ggml-cpp.h"
+#include "pinned_buffer.hpp"
 
 namespace lb {
 
@@ -41,12 +40,8 @@ public:
     const uint16_t * host() const { return data_; }
 
 private:
-    uint16_t * reserve(ggml_backend_t backend, size_t values);
-
-    ggml_backend_buffer_ptr pinned_;  // the device's host buffer (CUDA: page-locked), when it has one
-    std::vector<uint16_t> plain_;     // otherwise (CPU backend, or pinned memory refused)
-    uint16_t * data_ = nullptr;
-    size_t capacity_ = 0;             // values
+    PinnedBuffer buf_;
+    uint16_t * data_ = nullptr;       // buf_'s memory
     // what data_ holds (n_ == 0: nothing yet), and the device mask that holds it too (none: nullptr)
     int32_t n_ = 0, n_kv_ = 0, P_ = 0;
     const void * sent_to_ = nullptr;

@@ -25,6 +25,7 @@ void TokenEmbedding::layout(const ggml_tensor * table, int32_t rows) {
 
 void TokenEmbedding::alloc(ggml_backend_t backend) {
     buf_ = alloc_tensors_or_throw(ctx_.get(), backend, "token embedding rows", "lower ubatch or max_tree");
+    host_.reserve(backend, size_t(capacity()) * row_bytes_);  // once: a pinned allocation takes milliseconds
 }
 
 size_t TokenEmbedding::plan(ggml_backend_buffer_type_t buft) {
@@ -38,11 +39,11 @@ size_t TokenEmbedding::bytes() const { return buf_ ? ggml_backend_buffer_get_siz
 void TokenEmbedding::stage(ggml_backend_t backend, const int32_t * toks, int32_t n, ggml_tensor * index) {
     check(n >= 1 && n <= capacity() && host_rows_ != nullptr, LB_E_STATE,
           "token embedding: " + std::to_string(n) + " rows asked of a staging matrix of " + std::to_string(capacity()));
-    host_.resize(size_t(n) * row_bytes_);
+    char * rows = static_cast<char *>(host_.reserve(backend, size_t(n) * row_bytes_));
     for (int32_t i = 0; i < n; ++i) {  // ids were checked against n_vocab by the caller
-        std::memcpy(host_.data() + size_t(i) * row_bytes_, host_rows_ + size_t(toks[i]) * row_bytes_, row_bytes_);
+        std::memcpy(rows + size_t(i) * row_bytes_, host_rows_ + size_t(toks[i]) * row_bytes_, row_bytes_);
     }
-    set_input(backend, stage_, host_.data(), host_.size());
+    set_input(backend, stage_, rows, size_t(n) * row_bytes_);
     set_input(backend, index, index_.data(), size_t(n) * sizeof(int32_t));
 }
 

@@ -21,6 +21,7 @@
 #include "ggml-backend.h"
 #include "ggml-cpp.h"
 #include "ggml.h"
+#include "pinned_buffer.hpp"
 
 namespace lb {
 
@@ -42,7 +43,7 @@ private:
     ggml_context_ptr ctx_;
     ggml_backend_buffer_ptr buf_;
     ggml_tensor * stage_ = nullptr;
-    std::vector<char> host_;        // the rows of one call, uploaded at once
+    PinnedBuffer host_;             // the rows of one call, uploaded at once (page-locked: pinned_buffer.hpp)
     std::vector<int32_t> index_;    // 0..capacity-1
 };
 

@@ -1,0 +1,38 @@
+// pinned_buffer.hpp: host memory that graph inputs are copied from: page-locked where the device has a
+// host buffer type (CUDA), ordinary memory otherwise (the CPU backend, or a refused pinned allocation).
+//
+// Why page-locked: a queued copy (set_input, cudaMemcpyAsync) from pageable memory larger than the
+// driver's inline limit may wait for the stream to reach it, since CUDA stages such a source before it
+// returns; from page-locked memory it only queues. A commit's graphs are left running (lb_commit), so
+// an upload that waits for the stream would hold the host until they finish.
+//
+// The caller rewrites the memory only after the copies it queued from it have run (a wait on the
+// stream: the call that queued them waits for its results).
+#pragma once
+
+#include <cstddef>
+#include <vector>
+
+#include "ggml-backend.h"
+#include "ggml-cpp.h"
+
+namespace lb {
+
+class PinnedBuffer {
+public:
+    // At least `bytes` of host memory for copies to backend's device. Growing (by half again at least: pinned
+    // allocations are slow and a long prompt's micro-batches grow a little each; doubling would hold up to twice a
+    // 256K prefill's 256 MB mask) waits for the backend's queued
+    // copies and loses what the buffer held; grew() says whether the last reserve did.
+    void * reserve(ggml_backend_t backend, size_t bytes);
+    bool grew() const { return grew_; }
+
+private:
+    ggml_backend_buffer_ptr pinned_;
+    std::vector<char> plain_;
+    void * data_ = nullptr;
+    size_t capacity_ = 0;  // bytes
+    bool grew_ = false;
+};
+
+}  // namespace lb

@@ -10,6 +10,12 @@ table: launches, ms, and for the target's quantized products the weight bytes a 
 the share of the measured copy bandwidth). Then speculative steps back to back as a generation runs them:
 their wall time against the time some kernel of theirs ran (the union of the kernels' spans), the rest being
 time the device had nothing to run (the host's work between calls, launches). Speed only: random weights.
+
+With --overlap (run it with dependent launch on, as users run: no GGML_CUDA_PDL=0), the AR step and the verify
+instead get a table of what each component adds to the call's device time: kernels overlap then (a product streams
+its weights while the kernel before it runs), so their summed times overstate a kernel whose span lies mostly inside
+its predecessor's and say nothing of what sits on the critical path. A kernel's exposed time is how far its end moved
+the latest end seen so far (kernels in start order); the exposed times add up to the union of the spans.
 """
 from __future__ import annotations
 
@@ -127,6 +133,8 @@ def main() -> None:
     ap.add_argument("--draft-top-k", type=int, default=8)
     ap.add_argument("--calls", type=int, default=5)
     ap.add_argument("--top", type=int, default=25)
+    ap.add_argument("--overlap", action="store_true",
+                    help="only the exposed-time tables of the AR step and the verify (run with dependent launch on)")
     ap.add_argument("--prefill", type=int, default=4096,
                     help="also profile one prefill of this many tokens, batch-invariant and not (0: skip)")
     args = ap.parse_args()
@@ -158,6 +166,11 @@ def main() -> None:
         def commit_only():
             h.commit(np.zeros(1, np.int32))
 
+        if args.overlap:
+            run_overlap("AR step", ar, args.calls)
+            run_overlap(f"verify({args.budget}) + commit(1)", verify, args.calls)
+            return
+
         copy_gbs = copy_bandwidth_gbs()
         weights = weight_bytes_per_token(args.target)
         print(f"copy bandwidth {copy_gbs:,.0f} GB/s; the target's weights {weights / 1e9:.2f} GB a step "
@@ -180,16 +193,46 @@ def main() -> None:
         profile_prefill(args, rng)
 
 
-def busy_ms(prof) -> float:
-    """The time some kernel ran: the union of the kernels' spans (they overlap under dependent launch)."""
-    spans = sorted((ev.time_range.start, ev.time_range.end) for ev in prof.events()
+def run_overlap(label: str, fn, n_calls: int) -> None:
+    """Per component: kernels, summed kernel time and exposed time a call (see --overlap)."""
+    fn()
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(n_calls):
+            fn()
+        torch.cuda.synchronize()
+    per = exposed_by_component(prof)
+    total = sum(r[1] for r in per.values()) / n_calls / 1e3
+    exposed = sum(r[2] for r in per.values()) / n_calls / 1e3
+    print(f"\n### {label}, dependent launch as run: kernels {total:.3f} ms/call summed, {exposed:.3f} exposed "
+          f"(the union of their spans)")
+    print("| component | kernels/call | summed ms/call | exposed ms/call |\n|---|---|---|---|")
+    for comp, (c, t, e) in sorted(per.items(), key=lambda kv: -kv[1][2]):
+        print(f"| {comp} | {c // n_calls} | {t / n_calls / 1e3:.3f} | {e / n_calls / 1e3:.3f} |")
+
+
+def exposed_by_component(prof) -> dict[str, list]:
+    """component: [kernels, summed us, exposed us]. Kernels in start order; a kernel's exposed time is how far its end
+    moved the latest end seen, so the exposed times add up to the union of the spans (they overlap under dependent
+    launch)."""
+    spans = sorted((ev.time_range.start, ev.time_range.end, short_name(ev.name)) for ev in prof.events()
                    if ev.device_type == torch.autograd.DeviceType.CUDA)
-    busy, end = 0.0, float("-inf")
-    for a, b in spans:
+    per: dict[str, list] = defaultdict(lambda: [0, 0.0, 0.0])
+    end = float("-inf")
+    for a, b, name in spans:
+        row = per[component_of(name)]
+        row[0] += 1
+        row[1] += b - a
         if b > end:
-            busy += b - max(a, end)
+            row[2] += b - max(a, end)
             end = b
-    return busy / 1e3
+    return per
+
+
+def busy_ms(prof) -> float:
+    """The time some kernel ran: the union of the kernels' spans."""
+    return sum(r[2] for r in exposed_by_component(prof).values()) / 1e3
 
 
 def profile_back_to_back(h: Handle, info: dict, last: int, args) -> None:

@@ -38,3 +38,30 @@ def test_component_rows_sum_in_table_order():
             ("some_new_kernel<3>", 1, 0.5), ("rms_norm_f32<1024, true, false, false>", 130, 0.5)]
     assert profile_step.component_rows(rows) == [("K-quant products (lbq::gemm)", 289, 10.0), ("norms", 210, 0.75),
                                                  ("other", 1, 0.5)]
+
+
+class _Event:
+    def __init__(self, name, start, end):
+        import torch
+        self.name, self.device_type = name, torch.autograd.DeviceType.CUDA
+        self.time_range = type("Range", (), {"start": start, "end": end})()
+
+
+class _Profile:
+    def __init__(self, events):
+        self._events = events
+
+    def events(self):
+        return self._events
+
+
+def test_exposed_time_credits_what_each_kernel_adds_to_the_union():
+    # a norm (0-4 us); a product launched early (2-20) over it; a copy inside the product (5-6); a gap; a norm
+    # (25-27): the union is 4 + 16 + 2 = 22 us, the product's 18 us of span expose 16
+    prof = _Profile([_Event("lbq::gemm<", 2, 20), _Event("rms_norm_f32<1024, true>", 0, 4),
+                     _Event("cpy_rows_bytes<int>", 5, 6), _Event("rms_norm_f32<256, true>", 25, 27)])
+    per = profile_step.exposed_by_component(prof)
+    assert per["K-quant products (lbq::gemm)"] == [1, 18.0, 16.0]
+    assert per["norms"] == [2, 6.0, 6.0]
+    assert per["copies, concat, rows"] == [1, 1.0, 0.0]
+    assert profile_step.busy_ms(prof) == pytest.approx(0.022)

@@ -273,6 +273,9 @@ stage_profile() {
     # without dependent launch: kernels then run one after another, so their times add up
     GGML_CUDA_PDL=0 python3 benchmarks/profile_step.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
         --ctx 8192 2>&1 | tee "$OUT/profile.md"
+    # with it, as users run: what each component adds to the device time once kernels overlap (exposed time)
+    python3 benchmarks/profile_step.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
+        --ctx 8192 --overlap 2>&1 | grep -v -E "Warning|_warn_once" | tee -a "$OUT/profile.md"
     log "llama.cpp batch sweep: time to process 1..32 tokens in one batch"
     "$(find "$BUILD" -name llama-bench -type f -perm -u+x | head -1)" -m "$WORK/synth-27b-q4_k_m.gguf" -ngl 99 \
         -p 1,8,16,23,32 -n 0 -r 3 -fa 1 -o md 2>/dev/null | tee "$OUT/llama_batch.md"

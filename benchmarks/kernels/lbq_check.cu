@@ -9,9 +9,10 @@
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/lbq_check.cu -o lbq_check
 // (-use_fast_math as ggml-cuda builds its kernels: the SwiGLU values' expf and division round as the library's)
 // The kernels launch through ggml-cuda's common.cuh (its headers only: nothing of ggml is linked).
-//   lbq_check [check | chain | decode | engine | pair | profile | profile_prefill | trace]: the checks only, the layer
+//   lbq_check [check | chain | decode | engine | l2 | pair | profile | profile_prefill | trace]: the checks only, the layer
 //   chains only, the decode shapes' benches at 1 and 23 columns and the chains, the 27B's shapes against the other plan
-//   and back to back (engine_shapes), the 27B's pairs of products in one launch (patches 0057-0058) checked and timed, one
+//   and back to back (engine_shapes), a product's time from DRAM against L2 (l2_bench), the 27B's pairs of products in
+//   one launch (patches 0057-0058) checked and timed, one
 //   launch per decode shape at 1 and 23 columns, or per prefill shape at kMaxLaunchN columns (both for Nsight
 //   Compute), or the one- and 23-column chains with a timeline of their kernels' blocks;
 //   default: checks, benches (decode shapes at 1..32 columns, prefill products at 512 and kMaxLaunchN), chains
@@ -503,6 +504,72 @@ template <class F, class B> static float best_ms(int iters, F && fn, B && before
     }
     cudaEventDestroy(a); cudaEventDestroy(b);
     return best;
+}
+
+// `l2`: whether a product whose weights wait in L2 runs faster than one streaming them from DRAM, and whether a bulk
+// prefetch issued in the gap before it (the kernels between two products: norms, attention, the delta net, during
+// which DRAM idles) gets them there in time. Each run: L2 flushed, then the prefetch (or none, or a kernel reading
+// every weight), a kernel spinning `gap` us, then the product alone timed (by unit, as the engine stores it).
+__global__ void l2_prefetch(const char * p, size_t bytes) {
+    const size_t n_threads = size_t(gridDim.x) * blockDim.x, t = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    const size_t slice = ((bytes + n_threads - 1) / n_threads + 15) / 16 * 16;
+    if (t * slice >= bytes) return;
+    const size_t left = bytes - t * slice, len = (slice < left ? slice : left) / 16 * 16;
+#if __CUDA_ARCH__ >= 900
+    if (len) asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" :: "l"(p + t * slice), "r"(unsigned(len)) : "memory");
+#else
+    for (size_t o = 0; o < len; o += 128) asm volatile("prefetch.global.L2 [%0];" :: "l"(p + t * slice + o));
+#endif
+}
+__global__ void l2_touch(const int4 * p, size_t n, int * sink) {
+    int acc = 0;
+    for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x) {
+        acc ^= p[i].x;
+    }
+    if (acc == 0x7fffffff) *sink = acc;  // keeps the loads
+}
+__global__ void spin_us(int us) {
+    const unsigned long long t0 = gtimer();
+    while (gtimer() - t0 < 1000ull * unsigned(us)) {}
+}
+static void l2_bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
+    const int64_t row_bytes = packed_row_bytes(k, kl);
+    const size_t wbytes = size_t(m * row_bytes);
+    const lbq::Plan plan = lbq::slot_plan(int(m), int(kl), g_n_sm);
+    Dev d = timing_dev(k, m, kl, plan, rng);
+    void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
+    int * sink; CK(cudaMalloc(&sink, sizeof(int)));
+    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
+    for (int n : {1, 23}) {
+        const bool fused = n <= lbq::kFusedMaxN;
+        // how: 0 none, 1 prefetch, 2 every weight read
+        auto time_us = [&](int how, int gap) {
+            float best = 1e30f;
+            for (int it = 0; it < 12; ++it) {
+                CK(cudaMemsetAsync(flush, it, fl));
+                if (how == 1) l2_prefetch<<<g_n_sm, 32>>>(reinterpret_cast<const char *>(d.w), wbytes);
+                if (how == 2) l2_touch<<<g_n_sm * 4, 256>>>(reinterpret_cast<const int4 *>(d.w), wbytes / 16, sink);
+                if (gap > 0) spin_us<<<1, 1>>>(gap);
+                cudaEventRecord(a);
+                run(k, plan, d, m, kl, n, lbq::kByUnit, fused);
+                cudaEventRecord(b);
+                CK(cudaEventSynchronize(b));
+                float ms; cudaEventElapsedTime(&ms, a, b);
+                if (it >= 2) best = std::fmin(best, ms);
+            }
+            return best * 1e3f;
+        };
+        const float cold = time_us(0, 0), warm = time_us(2, 0);
+        std::printf("l2 %s m=%6lld k=%5lld n=%2d (%.1f MB): from DRAM %6.1f us, from L2 (read before) %6.1f us;"
+                    " prefetched, then a gap of", k == Kind::Q4_K ? "q4_K" : "q6_K", (long long)m, (long long)kl, n,
+                    wbytes / 1e6, cold, warm);
+        for (int gap : {0, 2, 5, 10, 20}) std::printf(" %d us: %.1f,", gap, time_us(1, gap));
+        std::printf(" us (no prefetch, gap 10 us: %.1f)\n", time_us(0, 10));
+    }
+    cudaEventDestroy(a); cudaEventDestroy(b);
+    cudaFree(sink);
+    cudaFree(flush);
+    free_dev(d);
 }
 
 // Column counts bench() times (`decode`: an AR step's and a verify's only, the one-column launch fused only).
@@ -999,6 +1066,13 @@ int main(int argc, char ** argv) {
         const int bad = pairs(true);
         std::printf("%s\n", bad ? "pairs: FAILED" : "pairs: all ok");
         return bad ? 1 : 0;
+    }
+    if (argc > 1 && std::strcmp(argv[1], "l2") == 0) {
+        // the products after a gap in the 27B's step: attention out and DeltaNet out (6144 -> 5120), then ffn down
+        l2_bench(Kind::Q4_K, 5120, 6144, rng);
+        l2_bench(Kind::Q6_K, 5120, 6144, rng);
+        l2_bench(Kind::Q4_K, 5120, 17408, rng);
+        return 0;
     }
     if (argc > 1 && std::strcmp(argv[1], "decode") == 0) {
         g_bench_ns = {1, 23};

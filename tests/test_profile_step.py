@@ -42,8 +42,7 @@ def test_component_rows_sum_in_table_order():
 
 class _Event:
     def __init__(self, name, start, end):
-        import torch
-        self.name, self.device_type = name, torch.autograd.DeviceType.CUDA
+        self.name, self.device_type = name, profile_step.torch.autograd.DeviceType.CUDA
         self.time_range = type("Range", (), {"start": start, "end": end})()
 
 

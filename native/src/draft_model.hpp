@@ -239,8 +239,8 @@ private:
         std::vector<int32_t> ids, order;   // [B-1, K], [K]
         std::vector<float> logp;           // [B-1, K]
     } host_;
-    // [mask kinds][B, n_kv] f16, page-locked: ~128 KB a kind, over the size CUDA queues from pageable memory without
-    // waiting for the stream, where a commit's graphs may still run (pinned_buffer.hpp)
+    // [mask kinds][B, n_kv] f16, page-locked: ~128 KB a kind at 8K, a copy that from pageable memory may wait for the
+    // stream, where a commit's graphs may still run (pinned_buffer.hpp)
     PinnedBuffer mask_host_;
 };
 }  // namespace lb

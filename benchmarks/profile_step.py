@@ -167,8 +167,8 @@ def main() -> None:
             h.commit(np.zeros(1, np.int32))
 
         if args.overlap:
-            run_overlap("AR step", ar, args.calls)
-            run_overlap(f"verify({args.budget}) + commit(1)", verify, args.calls)
+            run_overlap("AR step", ar, args.calls, args.top)
+            run_overlap(f"verify({args.budget}) + commit(1)", verify, args.calls, args.top)
             return
 
         copy_gbs = copy_bandwidth_gbs()
@@ -193,8 +193,9 @@ def main() -> None:
         profile_prefill(args, rng)
 
 
-def run_overlap(label: str, fn, n_calls: int) -> None:
-    """Per component: kernels, summed kernel time and exposed time a call (see --overlap)."""
+def run_overlap(label: str, fn, n_calls: int, top: int) -> None:
+    """Per component, then per kernel (the `top` most exposed): kernels, summed and exposed time a call (see
+    --overlap)."""
     fn()
     fn()
     torch.cuda.synchronize()
@@ -202,26 +203,34 @@ def run_overlap(label: str, fn, n_calls: int) -> None:
         for _ in range(n_calls):
             fn()
         torch.cuda.synchronize()
-    per = exposed_by_component(prof)
+    per = exposed_by(prof)
     total = sum(r[1] for r in per.values()) / n_calls / 1e3
     exposed = sum(r[2] for r in per.values()) / n_calls / 1e3
     print(f"\n### {label}, dependent launch as run: kernels {total:.3f} ms/call summed, {exposed:.3f} exposed "
           f"(the union of their spans)")
-    print("| component | kernels/call | summed ms/call | exposed ms/call |\n|---|---|---|---|")
-    for comp, (c, t, e) in sorted(per.items(), key=lambda kv: -kv[1][2]):
-        print(f"| {comp} | {c // n_calls} | {t / n_calls / 1e3:.3f} | {e / n_calls / 1e3:.3f} |")
+    print_exposed(per, n_calls, "component")
+    print()
+    print_exposed(exposed_by(prof, key=lambda name: f"`{name}`"), n_calls, "kernel", top)
 
 
-def exposed_by_component(prof) -> dict[str, list]:
-    """component: [kernels, summed us, exposed us]. Kernels in start order; a kernel's exposed time is how far its end
-    moved the latest end seen, so the exposed times add up to the union of the spans (they overlap under dependent
-    launch)."""
+def print_exposed(per: dict[str, list], n_calls: int, what: str, top: int = 0) -> None:
+    """An exposed_by table, most exposed first (top: that many rows; 0: all)."""
+    rows = sorted(per.items(), key=lambda kv: -kv[1][2])
+    print(f"| {what} | kernels/call | summed ms/call | exposed ms/call |\n|---|---|---|---|")
+    for name, (c, t, e) in rows[:top or None]:
+        print(f"| {name} | {c // n_calls} | {t / n_calls / 1e3:.3f} | {e / n_calls / 1e3:.3f} |")
+
+
+def exposed_by(prof, key=component_of) -> dict[str, list]:
+    """key(kernel's short name): [kernels, summed us, exposed us]. Kernels in start order; a kernel's exposed time is
+    how far its end moved the latest end seen, so the exposed times add up to the union of the spans (they overlap
+    under dependent launch)."""
     spans = sorted((ev.time_range.start, ev.time_range.end, short_name(ev.name)) for ev in prof.events()
                    if ev.device_type == torch.autograd.DeviceType.CUDA)
     per: dict[str, list] = defaultdict(lambda: [0, 0.0, 0.0])
     end = float("-inf")
     for a, b, name in spans:
-        row = per[component_of(name)]
+        row = per[key(name)]
         row[0] += 1
         row[1] += b - a
         if b > end:
@@ -232,7 +241,7 @@ def exposed_by_component(prof) -> dict[str, list]:
 
 def busy_ms(prof) -> float:
     """The time some kernel ran: the union of the kernels' spans."""
-    return sum(r[2] for r in exposed_by_component(prof).values()) / 1e3
+    return sum(r[2] for r in exposed_by(prof).values()) / 1e3
 
 
 def profile_back_to_back(h: Handle, info: dict, last: int, args) -> None:

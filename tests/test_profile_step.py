@@ -59,8 +59,11 @@ def test_exposed_time_credits_what_each_kernel_adds_to_the_union():
     # (25-27): the union is 4 + 16 + 2 = 22 us, the product's 18 us of span expose 16
     prof = _Profile([_Event("lbq::gemm<", 2, 20), _Event("rms_norm_f32<1024, true>", 0, 4),
                      _Event("cpy_rows_bytes<int>", 5, 6), _Event("rms_norm_f32<256, true>", 25, 27)])
-    per = profile_step.exposed_by_component(prof)
+    per = profile_step.exposed_by(prof)
     assert per["K-quant products (lbq::gemm)"] == [1, 18.0, 16.0]
     assert per["norms"] == [2, 6.0, 6.0]
     assert per["copies, concat, rows"] == [1, 1.0, 0.0]
     assert profile_step.busy_ms(prof) == pytest.approx(0.022)
+    by_kernel = profile_step.exposed_by(prof, key=lambda name: name)
+    assert by_kernel["rms_norm_f32<1024, true>"] == [1, 4.0, 4.0]
+    assert by_kernel["rms_norm_f32<256, true>"] == [1, 2.0, 2.0]

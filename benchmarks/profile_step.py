@@ -101,7 +101,18 @@ def kernel_table(prof, n_calls: int) -> tuple[float, list[tuple[str, int, float]
 
 def run_stage(label: str, fn, n_calls: int, top: int, product_bytes: int, copy_gbs: float) -> None:
     """product_bytes: the weight bytes one call's K-quant products stream (0: not the target's step)."""
-    fn()  # warm: graph build and CUDA-graph capture happen outside the profile
+    prof, wall = profiled_calls(fn, n_calls)
+    total, rows = kernel_table(prof, n_calls)
+    print(f"\n### {label}: wall {wall:.2f} ms/call, kernels {total:.2f} ms/call, "
+          f"{sum(r[1] for r in rows)} kernels/call")
+    print_rows(rows, total, top, "ms/call")
+    print_components(rows, total, product_bytes, copy_gbs)
+
+
+def profiled_calls(fn, n_calls: int):
+    """fn run n_calls times under the profiler, after two unprofiled runs (graph builds and CUDA-graph captures happen
+    there): the profile and the wall ms a call."""
+    fn()
     fn()
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
@@ -110,11 +121,7 @@ def run_stage(label: str, fn, n_calls: int, top: int, product_bytes: int, copy_g
             fn()
         torch.cuda.synchronize()  # a commit returns with its graphs still running
         wall = (time.perf_counter() - t0) * 1e3 / n_calls
-    total, rows = kernel_table(prof, n_calls)
-    print(f"\n### {label}: wall {wall:.2f} ms/call, kernels {total:.2f} ms/call, "
-          f"{sum(r[1] for r in rows)} kernels/call")
-    print_rows(rows, total, top, "ms/call")
-    print_components(rows, total, product_bytes, copy_gbs)
+    return prof, wall
 
 
 def print_rows(rows, total: float, top: int, unit: str) -> None:
@@ -196,13 +203,7 @@ def main() -> None:
 def run_overlap(label: str, fn, n_calls: int, top: int) -> None:
     """Per component, then per kernel (the `top` most exposed): kernels, summed and exposed time a call (see
     --overlap)."""
-    fn()
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(n_calls):
-            fn()
-        torch.cuda.synchronize()
+    prof, _ = profiled_calls(fn, n_calls)
     per = exposed_by(prof)
     total = sum(r[1] for r in per.values()) / n_calls / 1e3
     exposed = sum(r[2] for r in per.values()) / n_calls / 1e3

@@ -539,25 +539,16 @@ static void l2_bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
     Dev d = timing_dev(k, m, kl, plan, rng);
     void * flush; const size_t fl = 256u << 20; CK(cudaMalloc(&flush, fl));
     int * sink; CK(cudaMalloc(&sink, sizeof(int)));
-    cudaEvent_t a, b; cudaEventCreate(&a); cudaEventCreate(&b);
     for (int n : {1, 23}) {
         const bool fused = n <= lbq::kFusedMaxN;
-        // how: 0 none, 1 prefetch, 2 every weight read
+        // how: 0 none, 1 prefetch, 2 every weight read; what runs before the product is not timed (best_ms's before)
         auto time_us = [&](int how, int gap) {
-            float best = 1e30f;
-            for (int it = 0; it < 12; ++it) {
+            return 1e3f * best_ms(10, [&] { run(k, plan, d, m, kl, n, lbq::kByUnit, fused); }, [&](int it) {
                 CK(cudaMemsetAsync(flush, it, fl));
                 if (how == 1) l2_prefetch<<<g_n_sm, 32>>>(reinterpret_cast<const char *>(d.w), wbytes);
                 if (how == 2) l2_touch<<<g_n_sm * 4, 256>>>(reinterpret_cast<const int4 *>(d.w), wbytes / 16, sink);
                 if (gap > 0) spin_us<<<1, 1>>>(gap);
-                cudaEventRecord(a);
-                run(k, plan, d, m, kl, n, lbq::kByUnit, fused);
-                cudaEventRecord(b);
-                CK(cudaEventSynchronize(b));
-                float ms; cudaEventElapsedTime(&ms, a, b);
-                if (it >= 2) best = std::fmin(best, ms);
-            }
-            return best * 1e3f;
+            });
         };
         const float cold = time_us(0, 0), warm = time_us(2, 0);
         std::printf("l2 %s m=%6lld k=%5lld n=%2d (%.1f MB): from DRAM %6.1f us, from L2 (read before) %6.1f us;"
@@ -566,7 +557,6 @@ static void l2_bench(Kind k, int64_t m, int64_t kl, std::mt19937 & rng) {
         for (int gap : {0, 2, 5, 10, 20}) std::printf(" %d us: %.1f,", gap, time_us(1, gap));
         std::printf(" us (no prefetch, gap 10 us: %.1f)\n", time_us(0, 10));
     }
-    cudaEventDestroy(a); cudaEventDestroy(b);
     cudaFree(sink);
     cudaFree(flush);
     free_dev(d);

@@ -10,7 +10,6 @@ namespace lb {
 void MaskStage::set(ggml_backend_t backend, ggml_tensor * dst, int32_t dst_graph, int32_t n, int32_t n_kv, int32_t P,
                     const uint8_t * allowed) {
     uint16_t * mask = static_cast<uint16_t *>(buf_.reserve(backend, size_t(n) * size_t(n_kv) * sizeof(uint16_t)));
-    data_ = mask;
     if (buf_.grew()) n_ = 0;  // what was there is not kept
     // The same rows as last time with P grown: a row changed only in [P_, P + n) (it was open before P_ and
     // shut from P_ + n <= P + n on, and now is open before P and shut from P + n on).

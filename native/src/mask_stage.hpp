@@ -37,12 +37,11 @@ public:
              const uint8_t * allowed);
 
     // The host copy after the last set (n * n_kv values): for checks.
-    const uint16_t * host() const { return data_; }
+    const uint16_t * host() const { return static_cast<const uint16_t *>(buf_.data()); }
 
 private:
     PinnedBuffer buf_;
-    uint16_t * data_ = nullptr;       // buf_'s memory
-    // what data_ holds (n_ == 0: nothing yet), and the device mask that holds it too (none: nullptr)
+    // what buf_ holds (n_ == 0: nothing yet), and the device mask that holds it too (none: nullptr)
     int32_t n_ = 0, n_kv_ = 0, P_ = 0;
     const void * sent_to_ = nullptr;
     int32_t sent_graph_ = -1;

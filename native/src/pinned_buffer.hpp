@@ -28,6 +28,7 @@ public:
     // twice a 256K prefill's 256 MB mask).
     void * reserve(ggml_backend_t backend, size_t bytes);
     bool grew() const { return grew_; }
+    void * data() const { return data_; }  // what the last reserve returned
 
 private:
     ggml_backend_buffer_ptr pinned_;

@@ -353,6 +353,8 @@ void TensorLoader::upload(ggml_backend_t backend, bool backend_is_cpu) {
 
     m_.buffers.push_back(alloc_tensors_or_throw(m_.ctx.get(), backend, "target weights",
                                                 "use a smaller quant or free GPU memory"));
+    // no graph writes them: ggml-cuda's kernels may read them before waiting for the kernel before (patch 0069)
+    ggml_backend_buffer_set_usage(m_.buffers.back().get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (const Source & s : sources_) {
         if (s.host_only) continue;
         set_data(s);

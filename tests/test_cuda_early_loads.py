@@ -1,11 +1,10 @@
-"""ggml-cuda kernels that load what no earlier kernel writes before their dependent wait give the logits of the
-loads after it, bit for bit, and run:
-- a fused RMS norm's factor from a weights buffer (patch 0069; the engine marks the target's weights so),
-- a delta net's input state that no earlier node of the graph writes (patch 0070).
+"""ggml-cuda kernels that load what no kernel writes before their dependent wait give the logits of the loads after
+it, bit for bit, and run: a fused RMS norm's factor from a weights buffer (patch 0069; the engine marks the target's
+weights so).
 
 Oracle: the same engine with the early load off (its switch, read once per process, hence a process per setting), on
-the small random Q4_K_M target of tests/test_lbq_layout.py (its calls of 1, 40, 8, 23 and 17 tokens). Each early
-load logs its first use once a process: the test checks that it ran. CUDA only.
+the small random Q4_K_M target of tests/test_lbq_layout.py (its calls of 1, 40, 8, 23 and 17 tokens). An early load
+logs its first use once a process: the test checks that it ran. CUDA only.
 """
 from __future__ import annotations
 
@@ -21,7 +20,6 @@ pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda"
 
 EARLY_LOADS = {
     "GGML_CUDA_NORM_FACTORS_EARLY": "a norm's factors load before its wait",
-    "GGML_CUDA_GDN_STATE_EARLY": "a delta net's state loads before its wait",
 }
 
 

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import os
 
-import numpy as np
 import pytest
 
-from test_lbq_layout import k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
+from test_lbq_layout import check_switch, k_quant_target  # noqa: F401 (k_quant_target: a fixture)
 
 pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda",
                                 reason="ggml-cuda's dependent launch (LUCEBOX_TEST_BACKEND=cuda)")
@@ -28,9 +27,4 @@ EARLY_LOADS = {
 
 @pytest.mark.parametrize("switch", sorted(EARLY_LOADS))
 def test_an_early_load_gives_the_logits_of_the_load_after_the_wait(k_quant_target, tmp_path, switch):
-    want, log_after = run_with(k_quant_target, tmp_path / "after.npy", **{switch: "0"})
-    got, log_early = run_with(k_quant_target, tmp_path / "early.npy", **{switch: "1"})
-    assert EARLY_LOADS[switch] not in log_after
-    assert EARLY_LOADS[switch] in log_early, f"{switch}: the early load never ran"
-    assert np.isfinite(want).all() and np.abs(want).max() > 0
-    np.testing.assert_array_equal(got, want)
+    check_switch(k_quant_target, tmp_path, switch, EARLY_LOADS[switch])

@@ -23,7 +23,7 @@ import os
 import numpy as np
 import pytest
 
-from test_lbq_layout import k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
+from test_lbq_layout import check_switch, k_quant_target, run_with  # noqa: F401 (k_quant_target: a fixture)
 
 pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda",
                                 reason="ggml-cuda's fusions (LUCEBOX_TEST_BACKEND=cuda)")
@@ -40,12 +40,7 @@ FUSIONS = {
 
 @pytest.mark.parametrize("switch", sorted(FUSIONS))
 def test_a_fusion_gives_the_logits_of_the_ops_apart(k_quant_target, tmp_path, switch):
-    want, log_apart = run_with(k_quant_target, tmp_path / "apart.npy", **{switch: "0"})
-    got, log_fused = run_with(k_quant_target, tmp_path / "fused.npy", **{switch: "1"})
-    assert FUSIONS[switch] not in log_apart
-    assert FUSIONS[switch] in log_fused, f"{switch}: the fusion never ran"
-    assert np.isfinite(want).all() and np.abs(want).max() > 0
-    np.testing.assert_array_equal(got, want)
+    check_switch(k_quant_target, tmp_path, switch, FUSIONS[switch])
 
 
 def test_a_conv_over_its_tokens_fuses(k_quant_target, tmp_path):

@@ -3,7 +3,8 @@ super-block contiguous, ggml_backend_cuda_lbq_store_by_unit at load) give the lo
 bit for bit, at one column (an AR step's product) and at many (a prefill's).
 
 Oracle: the same engine with the matrices left in ggml's order (GGML_CUDA_LBQ_BY_UNIT=0, read once per
-process, hence a process per setting; run_with also serves tests/test_cuda_fusions.py). Target: a small random
+process, hence a process per setting; run_with and check_switch also serve tests/test_cuda_fusions.py and
+tests/test_cuda_early_loads.py). Target: a small random
 Q4_K_M GGUF from benchmarks/synth_target.py (the tiny test models hold no K-quants). CUDA only
 (LUCEBOX_TEST_BACKEND=cuda): the CPU keeps ggml's order.
 """
@@ -68,6 +69,16 @@ def run_with(target: Path, out: Path, by_unit: bool = True, script: str = RUN,
                          capture_output=True, text=True)
     assert run.returncode == 0, run.stderr[-2000:]
     return np.load(out), run.stderr
+
+
+def check_switch(target: Path, tmp_path: Path, switch: str, line: str) -> None:
+    """A ggml-cuda switch on gives the logits of it off, bit for bit, and logs `line` (its first use) only when on."""
+    want, log_off = run_with(target, tmp_path / "off.npy", **{switch: "0"})
+    got, log_on = run_with(target, tmp_path / "on.npy", **{switch: "1"})
+    assert line not in log_off
+    assert line in log_on, f"{switch}: never ran (no '{line}' in its log)"
+    assert np.isfinite(want).all() and np.abs(want).max() > 0
+    np.testing.assert_array_equal(got, want)
 
 
 def logits_with(target: Path, out: Path, by_unit: bool) -> tuple[np.ndarray, int]:

@@ -7,7 +7,9 @@
 - two products of one input in one launch (patches 0057-0058: the small target's Q6_K qkv with its Q4_K z|beta|alpha,
   its Q4_K q|k with its Q6_K v; one kernel in the one- and 8-token calls, a pair's three in the 23- and 17-token ones),
 - a verify's conv over its token tree reading its window, with the l2 norm and the gates (patch 0063: no concat, no
-  silu, no norm and no gates kernel; a tree's run, below).
+  silu, no norm and no gates kernel; a tree's run, below),
+- a verify's FFN: the gate|up product's split sums, the SwiGLU and the down product's activation pass in one kernel
+  (patch 0072, off unless switched on; the 23- and 17-token calls).
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
@@ -35,6 +37,7 @@ FUSIONS = {
     "GGML_CUDA_FUSE_CONV_GATES": "a delta net's gates in its conv",
     "GGML_CUDA_FUSE_NORM_MROPE": "a norm and its multi-section rope in one kernel",
     "GGML_CUDA_FUSE_LBQ_PAIR": "two products of one input in one launch",
+    "GGML_CUDA_FUSE_LBQ_GLU_DOWN": "a SwiGLU's split sums and the down product's activations in one kernel",
 }
 
 

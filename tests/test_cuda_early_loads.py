@@ -3,9 +3,9 @@ marks the target's so) give the logits of the loads after it, bit for bit, and r
 - a fused RMS norm's factor (patch 0069),
 - a delta net conv window's taps and a fused norm+rope's factor (patch 0071; off unless switched on).
 
-Oracle: the same engine with the early load off (its switch set both ways, read once per process, hence a process per setting), on
-the small random Q4_K_M target of tests/test_lbq_layout.py (its calls of 1, 40, 8, 23 and 17 tokens). Each early load
-logs its first use once a process: the test checks that it ran. CUDA only.
+Oracle: the same engine with the early load off (its switch set both ways, read once per process, hence a process per
+setting), on the small random Q4_K_M target of tests/test_lbq_layout.py (its calls of 1, 40, 8, 23 and 17 tokens).
+Each early load logs its first use once a process: the test checks that it ran. CUDA only.
 """
 from __future__ import annotations
 

@@ -4,9 +4,8 @@ bit for bit, at one column (an AR step's product) and at many (a prefill's).
 
 Oracle: the same engine with the matrices left in ggml's order (GGML_CUDA_LBQ_BY_UNIT=0, read once per
 process, hence a process per setting; run_with and check_switch also serve tests/test_cuda_fusions.py and
-tests/test_cuda_early_loads.py). Target: a small random
-Q4_K_M GGUF from benchmarks/synth_target.py (the tiny test models hold no K-quants). CUDA only
-(LUCEBOX_TEST_BACKEND=cuda): the CPU keeps ggml's order.
+tests/test_cuda_early_loads.py). Target: a small random Q4_K_M GGUF from benchmarks/synth_target.py (the tiny test
+models hold no K-quants). CUDA only (LUCEBOX_TEST_BACKEND=cuda): the CPU keeps ggml's order.
 """
 from __future__ import annotations
 

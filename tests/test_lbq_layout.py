@@ -70,14 +70,16 @@ def run_with(target: Path, out: Path, by_unit: bool = True, script: str = RUN,
     return np.load(out), run.stderr
 
 
-def check_switch(target: Path, tmp_path: Path, switch: str, line: str) -> None:
-    """A ggml-cuda switch on gives the logits of it off, bit for bit, and logs `line` (its first use) only when on."""
-    want, log_off = run_with(target, tmp_path / "off.npy", **{switch: "0"})
-    got, log_on = run_with(target, tmp_path / "on.npy", **{switch: "1"})
+def check_switch(target: Path, tmp_path: Path, switch: str, line: str, script: str = RUN) -> str:
+    """A ggml-cuda switch on gives the logits of it off, bit for bit, and logs `line` (its first use) only when on.
+    -> the log of the run with it on."""
+    want, log_off = run_with(target, tmp_path / "off.npy", script=script, **{switch: "0"})
+    got, log_on = run_with(target, tmp_path / "on.npy", script=script, **{switch: "1"})
     assert line not in log_off
     assert line in log_on, f"{switch}: never ran (no '{line}' in its log)"
     assert np.isfinite(want).all() and np.abs(want).max() > 0
     np.testing.assert_array_equal(got, want)
+    return log_on
 
 
 def logits_with(target: Path, out: Path, by_unit: bool) -> tuple[np.ndarray, int]:

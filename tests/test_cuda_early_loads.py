@@ -1,7 +1,6 @@
 """ggml-cuda kernels that load weights before their dependent wait (no graph writes a weights buffer; the engine
 marks the target's so) give the logits of the loads after it, bit for bit, and run:
-- a fused RMS norm's factor (patch 0069),
-- a delta net conv window's taps and a fused norm+rope's factor (patch 0071; off unless switched on).
+- a fused RMS norm's factor (patch 0069).
 
 Oracle: the same engine with the early load off (its switch set both ways, read once per process, hence a process per
 setting), on the small random Q4_K_M target of tests/test_lbq_layout.py (its calls of 1, 40, 8, 23 and 17 tokens).
@@ -20,8 +19,6 @@ pytestmark = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") != "cuda"
 
 EARLY_LOADS = {
     "GGML_CUDA_NORM_FACTORS_EARLY": "a norm's factors load before its wait",
-    "GGML_CUDA_CONV_WEIGHTS_EARLY": "a conv's weights load before its wait",
-    "GGML_CUDA_ROPE_FACTORS_EARLY": "a norm+rope's factors load before its wait",
 }
 
 

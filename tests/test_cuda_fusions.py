@@ -9,7 +9,7 @@
 - a verify's conv over its token tree reading its window, with the l2 norm and the gates (patch 0063: no concat, no
   silu, no norm and no gates kernel; a tree's run, below),
 - a verify's FFN: the gate|up product's split sums, the SwiGLU and the down product's activation pass in one kernel
-  (patch 0072, off unless switched on; the 23- and 17-token calls).
+  (patch 0072; the 23- and 17-token calls).
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.

@@ -20,7 +20,10 @@ from lucebox import defaults
 from lucebox.engine import Engine
 from lucebox.sampling import Processing, draw, draw_from_row, sort_candidates, uniform
 
-DEVICE = "cuda" if os.environ.get("LUCEBOX_TEST_BACKEND") == "cuda" else "cpu"
+# the engine outputs were recorded on the CPU (the same bits on every CPU build); CUDA rounds differently, so a CUDA
+# run has no oracle for them (the host draws below run anywhere)
+ON_CPU_ONLY = pytest.mark.skipif(os.environ.get("LUCEBOX_TEST_BACKEND") == "cuda",
+                                 reason="engine outputs pinned on the CPU (CUDA rounds differently)")
 HELDOUT = Path(__file__).resolve().parents[1] / "benchmarks" / "tiny_pair" / "heldout_prompts.jsonl"
 PROMPT = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fib"
 
@@ -117,10 +120,11 @@ def test_host_draws_are_pinned(i):
 
 @pytest.fixture(scope="module")
 def engine(tiny_gguf, tiny_draft_dirs):
-    with Engine(tiny_gguf["f32"], draft=tiny_draft_dirs["bf16"], device=DEVICE, n_threads=1, max_ctx=512) as e:
+    with Engine(tiny_gguf["f32"], draft=tiny_draft_dirs["bf16"], device="cpu", n_threads=1, max_ctx=512) as e:
         yield e
 
 
+@ON_CPU_ONLY
 @pytest.mark.parametrize("name", list(ENGINE_CASES))
 def test_engine_outputs_are_pinned(engine, name):
     prompt = engine.encode_prompt(PROMPT)
@@ -150,10 +154,11 @@ PINNED_DEFAULT_PAIR = {
 @pytest.fixture(scope="module")
 def default_pair_engine():
     target, draft = defaults.embedded()
-    with Engine(target, draft=draft, device=DEVICE, n_threads=2, max_ctx=512) as e:
+    with Engine(target, draft=draft, device="cpu", n_threads=2, max_ctx=512) as e:
         yield e
 
 
+@ON_CPU_ONLY
 @pytest.mark.parametrize("name", list(DEFAULT_PAIR_CASES))
 def test_default_pair_outputs_are_pinned(default_pair_engine, name):
     prompt = json.loads(HELDOUT.read_text().splitlines()[0])["prompt"]

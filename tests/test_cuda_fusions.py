@@ -12,7 +12,7 @@
   (patch 0072; the 23- and 17-token calls),
 - a verify's RMS norm storing its output in the activation layout of the products that read it, which then run without
   their activation pass (patch 0073, off unless switched on; the 23- and 17-token calls: the FFN's gate|up, the pairs,
-  single products).
+  single products), and a delta net's gated norm storing silu(z) times its output so for the output projection.
 
 The small target's Q6_K qkv layer (its own product, whose buffer the allocator gives the conv's output) takes the conv
 fusion too (patch 0054: the output over its tokens, each value where its token was): no conv is kept apart.
@@ -41,6 +41,7 @@ FUSIONS = {
     "GGML_CUDA_FUSE_LBQ_PAIR": "two products of one input in one launch",
     "GGML_CUDA_FUSE_LBQ_GLU_DOWN": "a SwiGLU's split sums and the down product's activations in one kernel",
     "GGML_CUDA_FUSE_NORM_LBQ_X": "a norm stored its products' activations",
+    "GGML_CUDA_FUSE_GATED_NORM_LBQ_X": "a gated norm stored its product's activations",
 }
 
 

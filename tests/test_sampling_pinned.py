@@ -3,8 +3,8 @@ batched candidate ordering) must not change one token. The values below were rec
 code before that work (commit 12174ef); same seed, same settings -> the same tokens, forever.
 
 Oracle: recorded outputs of the earlier implementation (not this code's own output), on the tiny
-f32 target + bf16 draft and the embedded default pair (engine), and on synthetic candidate rows
-(the host draw alone).
+f32 target + bf16 draft and the embedded default pair (engine, on the CPU), and on synthetic
+candidate rows (the host draw alone).
 """
 from __future__ import annotations
 

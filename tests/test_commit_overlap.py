@@ -1,6 +1,7 @@
-"""lb_commit returns with its graphs still running (the target's replay, the draft's append); every later call sees
-their results: lb_draft, whose inputs queue after them, and the calls that wait for them first (lb_verify, lb_step,
-lb_state_save, lb_reset, ...), lb_sync on request.
+"""lb_commit returns with the draft's append still running and the target's replay pending (lb_draft launches it
+after its own graph, any other call first); every later call sees their results: lb_draft, whose inputs queue after
+the append and which reads nothing the replay writes, and the calls that launch and wait for them first (lb_verify,
+lb_step, lb_state_save, lb_reset, ...), lb_sync on request.
 
 Oracle: the same calls with lb_sync after each commit, so that nothing runs when the next call starts. On the CPU a
 graph finishes in its launch and both runs are one; LUCEBOX_TEST_BACKEND=cuda runs them on CUDA device 0, where the

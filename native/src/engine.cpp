@@ -62,6 +62,7 @@ void lb_engine::draft_block(int32_t last, int32_t top_k, int32_t * ids, float * 
           "lb_draft: the draft context holds " + std::to_string(draft->n_past()) + " tokens but " +
               std::to_string(n_past) + " are committed; call lb_reset and prefill again");
     draft->propose(last, top_k, ids, logp);
+    launch_replay();  // after the draft's graph: it runs while the host builds the next tree
 }
 
 lb_model_info lb_engine::info() const {

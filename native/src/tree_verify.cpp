@@ -59,6 +59,18 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
     verify_pending_ = true;
 }
 
+void lb_engine::launch_replay() {
+    if (replay_pending_ == nullptr) return;
+    lb::CommitGraph & g = *replay_pending_;
+    replay_pending_ = nullptr;  // once, even where the launch fails
+    compute(g.meta.gf, "commit", /*wait=*/false);
+}
+
+void lb_engine::settle() {
+    launch_replay();
+    call_clock.settle(backend.get());
+}
+
 void lb_engine::commit(const int32_t * path, int32_t n_path) {
     check(verify_pending_, LB_E_STATE,
           "lb_commit without a preceding lb_verify (or after prefill/step/reset/commit); call lb_verify first");
@@ -112,7 +124,7 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
         lb::set_input(backend.get(), g.kv_src, i32_host_.data(), size_t(n_path) * sizeof(int32_t));
         lb::set_input(backend.get(), g.kv_dst, kv_idx_host_.data(), size_t(n_path) * sizeof(int64_t));
     }
-    if (ggml_graph_n_nodes(g.meta.gf) > 0) compute(g.meta.gf, "commit", /*wait=*/false);
+    if (ggml_graph_n_nodes(g.meta.gf) > 0) replay_pending_ = &g;  // launched by draft_block or settle
     sampled_rows_ = 0;
     n_past += n_path;
     verify_pending_ = false;

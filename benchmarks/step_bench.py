@@ -188,9 +188,9 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
             caller = {"draft": r.draft_s, "verify": r.verify_s, "commit": r.commit_s, "step": k - g}
             for kind in CALL_SPLIT:
                 split[kind].append(dict(h.call_times(kind), caller_ms=1e3 * caller[kind]))
-    # The step as a generation runs it: steps back to back, the host's work after each commit (the Python between the
-    # steps, the next draft's inputs) overlapping the commit's graphs. The median of the times from one step's start
-    # to the next's (a step that builds a graph for a new commit length is one sample).
+    # The step as a generation runs it: steps back to back, the host's work overlapping the commit's graphs (the
+    # draft's inputs its append, the tree's building its replay, which lb_draft launches). The median of the times
+    # from one step's start to the next's (a step that builds a graph for a new commit length is one sample).
     h.sync()
     back_to_back, t_prev = [], time.perf_counter()
     for _ in range(steps):

@@ -118,6 +118,9 @@ private:
     std::vector<int32_t> verify_parents_;
     // the last commit's replay of the target's caches, its inputs set, not yet launched (see commit)
     lb::CommitGraph * replay_pending_ = nullptr;
+    // a replay's launch failed after its commit returned: the target's caches lack that commit until reset or
+    // state_load (check_caches)
+    bool replay_lost_ = false;
 
     // the last sampled forward, for processed_row (nullptr once anything else ran)
     lb::ForwardGraph * sampled_graph_ = nullptr;
@@ -147,7 +150,9 @@ private:
     void run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, const lb::CallTokens & call, int32_t rows,
                      const char * what);
     void compute(ggml_cgraph * gf, const char * what, bool wait = true);
-    // launches replay_pending_, if any, and leaves it running
-    void launch_replay();
+    // launches replay_pending_, if any: waits for it (and what ran before) where `wait`, else leaves it running
+    void launch_replay(bool wait);
+    // LB_E_STATE where a replay was lost (replay_lost_), for the calls that read or extend the target's caches
+    void check_caches(const char * what) const;
     void load_draft(const std::string & dir, const lb::DraftOptions & options);
 };

@@ -8,8 +8,7 @@ reads over the measured copy bandwidth, passed as --copy-gbs). Speculative (with
 ms of draft, verify at --budget, commit (its graphs' time included: lb_sync) and Python host work per
 step, at each context length, with the memory the engine holds (lb_memory_get) next to what lb_memory_plan
 predicted for it, and the median wall time of a step run back to back as a generation runs it (the host's work
-overlapping the commit's graphs: lb_commit leaves the draft's append running and the target's replay to lb_draft,
-which launches it after its own graph).
+after a commit overlapping the commit's graphs, which lb_commit leaves running).
 --temperature T > 0 runs the same step sampled (device sampling tail + host draw; add
 --repeat-penalty to include the penalty stage), so two runs show its cost per step.
 A fill that outlasts one call of a lent GPU (a 256K prompt) runs in two: --save-state FILE --save-at N
@@ -175,7 +174,7 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
         r = step.run(last, history, 1 << 30, ()) if timed else profiler.runcall(step.run, last, history, 1 << 30, ())
         history += r.committed
         s = time.perf_counter()
-        h.sync()  # the commit's graphs, which lb_commit leaves running or pending: its time, not the AR step's
+        h.sync()  # the commit's graphs, which lb_commit leaves running: its time, not the AR step's
         commit_s = r.commit_s + time.perf_counter() - s
         g = time.perf_counter()
         nxt = h.step(r.bonus)  # one AR step at the same context, for the verify/AR ratio
@@ -188,9 +187,9 @@ def bench_spec(h: Handle, info: dict, ctx: int, gen: GenerationConfig, steps: in
             caller = {"draft": r.draft_s, "verify": r.verify_s, "commit": r.commit_s, "step": k - g}
             for kind in CALL_SPLIT:
                 split[kind].append(dict(h.call_times(kind), caller_ms=1e3 * caller[kind]))
-    # The step as a generation runs it: steps back to back, the host's work overlapping the commit's graphs (the
-    # draft's inputs its append, the tree's building its replay, which lb_draft launches). The median of the times
-    # from one step's start to the next's (a step that builds a graph for a new commit length is one sample).
+    # The step as a generation runs it: steps back to back, the host's work after each commit (the Python between the
+    # steps, the next draft's inputs) overlapping the commit's graphs. The median of the times from one step's start
+    # to the next's (a step that builds a graph for a new commit length is one sample).
     h.sync()
     back_to_back, t_prev = [], time.perf_counter()
     for _ in range(steps):

@@ -261,10 +261,8 @@ LB_API int32_t lb_verify(lb_engine * e, const int32_t * toks, const int32_t * pa
  * path[i] is a child of path[i-1]. Afterwards the caches equal "prefix + toks[path]" (P += n_path):
  * KV rows moved into place, DeltaNet/conv state of the last path node, its captured features
  * appended to the draft context. LB_E_STATE without a preceding verify.
- * It returns once the draft's append is queued on the device. The target's replay (the KV rows and the
- * DeltaNet/conv state) is queued by the next call: lb_draft after its own graph, so that it runs while the
- * host builds the next tree (nothing the draft reads depends on it); any other call first. Every call but
- * lb_draft then waits for both.
+ * It returns once that work is queued on the device: the next call waits for it first, but for lb_draft,
+ * whose host work overlaps it and whose results come after it.
  */
 LB_API int32_t lb_commit(lb_engine * e, const int32_t * path, int32_t n_path);
 
@@ -334,8 +332,7 @@ LB_API int32_t lb_state_load(lb_engine * e, const void * buf, int64_t n);
  * Where the host's time went in the last successful call of one kind (LB_CALL_*), in milliseconds of the
  * host's clock: before_ms + launch_ms + wait_ms + between_ms + after_ms = total_ms. On a GPU, wait_ms is what
  * the device ran past the launches; time in the other parts is host work the device waits for. A commit does
- * not wait for its graph, and its replay is launched (and counted) by the next call (lb_commit): they finish in
- * the next call's wait. On the CPU the launch runs the graph
+ * not wait for its graphs (lb_commit): they finish in the next call's wait. On the CPU the launch runs the graph
  * (wait_ms ~ 0). All zeros before the first call of the kind. LB_E_INVALID_ARG for a kind
  * outside [0, LB_CALL_KINDS).
  */
@@ -353,8 +350,8 @@ typedef struct lb_call_times {
 
 LB_API int32_t lb_call_times_get(const lb_engine * e, int32_t kind, lb_call_times * out);
 
-/* Wait until the device has run everything the engine queued (what lb_commit left running or pending); every
-   other call already waits where it must. For callers that time the device's work, such as benchmarks. */
+/* Wait until the device has run everything the engine queued (what lb_commit left running); every other call
+   already waits where it must. For callers that time the device's work, such as benchmarks. */
 LB_API int32_t lb_sync(lb_engine * e);
 
 /* Free the engine and everything it owns. NULL is a no-op. */

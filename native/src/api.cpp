@@ -44,9 +44,8 @@ int32_t guarded(F && f) {
 #define LB_NEED_ENGINE(e, fn) \
     if (!(e)) return fail(LB_E_INVALID_ARG, fn ": engine is NULL (load it with lb_load first)")
 
-// guarded() for a call that reaches device memory: it first launches the replay lb_commit left pending and waits
-// for the graphs left running (lb_engine::settle). lb_draft alone does not: its inputs queue after them, its reads
-// wait for its own graph, and it launches the replay after that graph.
+// guarded() for a call that reaches device memory: it first waits for the graphs lb_commit left running
+// (lb_engine::settle). lb_draft alone does not: its inputs queue after them and its reads wait for its own graph.
 template <typename F>
 int32_t settled(lb_engine * e, F && f) {
     return guarded([&] {

@@ -18,8 +18,7 @@ public:
     void begin(int32_t kind);
     // One graph, launched (ggml_backend_graph_compute_async) and waited for (ggml_backend_synchronize), each timed
     // when a call is running: what ggml_backend_graph_compute does, in two parts. With wait == false the graph is left
-    // running (a commit's append, the replay a draft launches: the host goes on meanwhile): the next wait covers it,
-    // or settle().
+    // running (a commit's: the host goes on to the next call meanwhile): the next wait covers it, or settle().
     ggml_status compute(ggml_backend_t backend, ggml_cgraph * gf, bool wait = true);
     // Waits for the graphs left running, if any: before anything reaches device memory other than through the
     // backend's stream (ggml_backend_tensor_get / _set, buffer clears) or frees it.

@@ -186,8 +186,8 @@ void DraftModel::set_propose_inputs(const ProposeGraph & g, int32_t last, int32_
     for (size_t k = 0; k < mask_kinds_.size(); ++k) {
         fill_mask(mask_kinds_[k], n_valid, g.shape.n_kv, B, mask + k * mask_values);
     }
-    // The copies last, after all the host work: a commit's append may still run (lb_commit), and a copy from pageable
-    // memory may wait for it (the masks and the embedding rows are page-locked; the rest is small).
+    // The copies last, after all the host work: a commit's graphs may still run (lb_commit), and a copy from pageable
+    // memory may wait for them (the masks and the embedding rows are page-locked; the rest is small).
     target_.embedding->stage(backend_, host_.toks.data(), B, g.toks);
     set_input(backend_, g.pos, host_.pos.data(), ggml_nbytes(g.pos));
     set_input(backend_, g.slots, host_.slots.data(), ggml_nbytes(g.slots));

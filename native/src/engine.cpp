@@ -62,7 +62,6 @@ void lb_engine::draft_block(int32_t last, int32_t top_k, int32_t * ids, float * 
           "lb_draft: the draft context holds " + std::to_string(draft->n_past()) + " tokens but " +
               std::to_string(n_past) + " are committed; call lb_reset and prefill again");
     draft->propose(last, top_k, ids, logp);
-    launch_replay(/*wait=*/false);  // after the draft's graph: it runs while the host builds the next tree
 }
 
 lb_model_info lb_engine::info() const {
@@ -111,7 +110,6 @@ lb_memory lb_engine::memory() const {
 void lb_engine::reset() {
     n_past = 0;
     verify_pending_ = false;
-    replay_lost_ = false;
     sampled_rows_ = 0;
     lb::cache_clear_state(cache);
     if (on_reset) on_reset();
@@ -222,7 +220,6 @@ void lb_engine::set_chain_inputs(lb::ForwardGraph & g, const ForwardSlot & slot,
 void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, float * logits, int64_t logits_cap,
                         const lb_sampling * sampling) {
     check(toks != nullptr && out_next != nullptr, LB_E_INVALID_ARG, "lb_prefill: toks and out_next must not be NULL");
-    check_caches("lb_prefill");
     check(n >= 1, LB_E_INVALID_ARG, "lb_prefill: n must be >= 1 (got " + std::to_string(n) + ")");
     check_batch(toks, n, logits, logits_cap, "lb_prefill", "new tokens");
     const int64_t n_vocab = model->hp.n_vocab;
@@ -256,7 +253,6 @@ void lb_engine::prefill(const int32_t * toks, int32_t n, int32_t * out_next, flo
 
 void lb_engine::step(int32_t tok, int32_t * out_next, const lb_sampling * sampling) {
     check(out_next != nullptr, LB_E_INVALID_ARG, "lb_step: out_next must not be NULL");
-    check_caches("lb_step");
     check_tokens(&tok, 1, "lb_step");
     check(n_past + 1 <= max_ctx, LB_E_CONTEXT,
           "lb_step: the context is full (max_ctx " + std::to_string(max_ctx) + "); reset or load with a larger max_ctx");

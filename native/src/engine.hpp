@@ -79,14 +79,11 @@ struct lb_engine {
                 int64_t logits_cap, const lb_sampling * sampling = nullptr);
     // Row `row` of the last sampled forward's processed logits (lb_processed_row).
     void processed_row(int32_t row, float * out, int64_t cap);
-    // Leaves the draft's append running and the target's replay pending: draft_block launches the replay once the
-    // draft's own graph is done (nothing the draft reads is written by the replay), so the replay runs while the host
-    // builds the next tree; settle() launches it where no draft comes first. Every other call but draft_block (whose
-    // reads wait for its own graph, queued after the append) starts with settle().
+    // Leaves its graphs running (the target's replay, the draft's append): the next call's host work overlaps them.
+    // Every other call but draft_block (whose reads wait for its own graph, queued after them) starts with settle().
     void commit(const int32_t * path, int32_t n_path);
-    // Launches a pending replay, then waits for the graphs left running (api.cpp, before any call that reads or
-    // writes device memory).
-    void settle();
+    // Waits for the graphs commit left running (api.cpp, before any call that reads or writes device memory).
+    void settle() { call_clock.settle(backend.get()); }
     // Drafts the block after `last` (see lucebox.h lb_draft). LB_E_STATE without a draft.
     void draft_block(int32_t last, int32_t top_k, int32_t * ids, float * logp, int64_t cap);
 
@@ -116,11 +113,6 @@ private:
     // the last verify, kept for commit
     bool verify_pending_ = false;
     std::vector<int32_t> verify_parents_;
-    // the last commit's replay of the target's caches, its inputs set, not yet launched (see commit)
-    lb::CommitGraph * replay_pending_ = nullptr;
-    // a replay's launch failed after its commit returned: the target's caches lack that commit until reset or
-    // state_load (check_caches)
-    bool replay_lost_ = false;
 
     // the last sampled forward, for processed_row (nullptr once anything else ran)
     lb::ForwardGraph * sampled_graph_ = nullptr;
@@ -150,9 +142,5 @@ private:
     void run_sampled(lb::ForwardGraph & g, const lb_sampling * sampling, const lb::CallTokens & call, int32_t rows,
                      const char * what);
     void compute(ggml_cgraph * gf, const char * what, bool wait = true);
-    // launches replay_pending_, if any: waits for it (and what ran before) where `wait`, else leaves it running
-    void launch_replay(bool wait);
-    // LB_E_STATE where a replay was lost (replay_lost_), for the calls that read or extend the target's caches
-    void check_caches(const char * what) const;
     void load_draft(const std::string & dir, const lb::DraftOptions & options);
 };

@@ -3,8 +3,8 @@
 //
 // Why page-locked: a queued copy (set_input, cudaMemcpyAsync) from pageable memory larger than the
 // driver's inline limit may wait for the stream to reach it, since CUDA stages such a source before it
-// returns; from page-locked memory it only queues. A commit's append is left running (lb_commit), so
-// an upload that waits for the stream would hold the host until it finishes.
+// returns; from page-locked memory it only queues. A commit's graphs are left running (lb_commit), so
+// an upload that waits for the stream would hold the host until they finish.
 //
 // The caller rewrites the memory only after the copies it queued from it have run (a wait on the
 // stream: the call that queued them waits for its results).

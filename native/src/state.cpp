@@ -145,7 +145,6 @@ size_t lb_engine::state_size() const {
 }
 
 size_t lb_engine::state_save(uint8_t * buf, int64_t cap) const {
-    check_caches("lb_state_save");
     const size_t need = state_size();
     check(cap >= 0 && size_t(cap) >= need, LB_E_INVALID_ARG,
           "lb_state_save: buf holds " + std::to_string(cap) + " bytes, the snapshot needs " + std::to_string(need) +
@@ -201,5 +200,4 @@ void lb_engine::state_load(const uint8_t * buf, int64_t n) {
     }
     n_past = h.n_past;
     verify_pending_ = false;
-    replay_lost_ = false;
 }

@@ -13,7 +13,6 @@ using lb::check;
 
 void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n, int32_t * out_argmax, float * logits,
                        int64_t logits_cap, const lb_sampling * sampling) {
-    check_caches("lb_verify");
     check(toks != nullptr && parents != nullptr && out_argmax != nullptr, LB_E_INVALID_ARG,
           "lb_verify: toks, parents and out_argmax must not be NULL");
     check(n >= 1 && n <= max_tree, LB_E_INVALID_ARG,
@@ -58,34 +57,6 @@ void lb_engine::verify(const int32_t * toks, const int32_t * parents, int32_t n,
     if (logits) ggml_backend_tensor_get(g.logits, logits, 0, size_t(n) * size_t(n_vocab) * sizeof(float));
     verify_parents_.assign(parents, parents + n);
     verify_pending_ = true;
-}
-
-void lb_engine::launch_replay(bool wait) {
-    if (replay_pending_ == nullptr) return;
-    lb::CommitGraph & g = *replay_pending_;
-    replay_pending_ = nullptr;  // once: a failed launch is not retried, the caches are marked instead
-    try {
-        compute(g.meta.gf, "the commit's replay", wait);
-    } catch (...) {
-        replay_lost_ = true;
-        throw;
-    }
-}
-
-void lb_engine::check_caches(const char * what) const {
-    check(!replay_lost_, LB_E_STATE,
-          std::string(what) + ": the target's caches lack the last commit (its replay failed on " + backend.name() +
-              "); call lb_reset or lb_state_load");
-}
-
-void lb_engine::settle() {
-    try {
-        launch_replay(/*wait=*/true);  // timed as this call's graph and wait
-    } catch (...) {
-        call_clock.settle(backend.get());  // what ran before it (the draft's append) still ends before any free
-        throw;
-    }
-    call_clock.settle(backend.get());
 }
 
 void lb_engine::commit(const int32_t * path, int32_t n_path) {
@@ -141,8 +112,7 @@ void lb_engine::commit(const int32_t * path, int32_t n_path) {
         lb::set_input(backend.get(), g.kv_src, i32_host_.data(), size_t(n_path) * sizeof(int32_t));
         lb::set_input(backend.get(), g.kv_dst, kv_idx_host_.data(), size_t(n_path) * sizeof(int64_t));
     }
-    // launched by draft_block or settle (api.cpp settled this call first: no earlier replay is pending)
-    if (ggml_graph_n_nodes(g.meta.gf) > 0) replay_pending_ = &g;
+    if (ggml_graph_n_nodes(g.meta.gf) > 0) compute(g.meta.gf, "commit", /*wait=*/false);
     sampled_rows_ = 0;
     n_past += n_path;
     verify_pending_ = false;

@@ -59,3 +59,22 @@ def test_the_calls_after_a_commit_see_its_results(tiny_pair):
 def test_sync_needs_an_engine():
     with pytest.raises(NativeError, match="engine is NULL"):
         _check(lib().lb_sync(None))
+
+
+def test_a_reset_or_free_right_after_a_commit(tiny_pair):
+    """A commit leaves its graphs running; a reset waits for them before it clears the caches (the prefill after it is
+    a fresh engine's), and a free before it releases them (no error, no crash)."""
+    target, draft = tiny_pair
+    prompt = np.arange(3, 23, dtype=np.int32)
+    with closing(Handle(str(target), str(draft), max_ctx=128, max_tree=8, device=DEVICE)) as fresh:
+        want = fresh.prefill(prompt)
+    for then_reset in (True, False):
+        h = Handle(str(target), str(draft), max_ctx=128, max_tree=8, device=DEVICE)
+        last = h.prefill(np.arange(40, 50, dtype=np.int32))
+        argmax = np.empty(3, np.int32)
+        h.verify(np.array([last, 7, 9], np.int32), np.array([-1, 0, 1], np.int32), argmax)
+        h.commit(np.array([0, 1, 2], np.int32))
+        if then_reset:
+            h.reset()
+            assert h.prefill(prompt) == want
+        h.close()

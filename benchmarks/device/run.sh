@@ -6,8 +6,7 @@
 # LUCEBOX_CUDA_ARCHS: the architecture the build and stock stages compile for (default 90a: Hopper-only
 # instructions such as wgmma, the invariant attention's H100 path; 90 leaves them out).
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
-# gguf, dflash, transformers; pytest-xdist and execnet for LUCEBOX_TEST_WORKERS) with the call. Results go under
-# $OUT in few files (at most 8 come back).
+# gguf, dflash, transformers) with the call. Results go under $OUT in few files (at most 8 come back).
 # The call's 64 MiB: with the repo's own files (~24 MB) they no longer fit whole; the stock copy of ggml in
 # vendor/src/llama.cpp/ggml (for benchmarks/build_llama_bench.sh) can stay behind but for its cmake/, which
 # llama.cpp's CMake includes: `rm -rf vendor/src/llama.cpp/ggml/{src,include}` (materialize.py --force restores it).
@@ -74,16 +73,9 @@ stage_test() {
         tests/test_tree_ops.py tests/test_target.py
         tests/test_native_errors.py tests/test_draft.py tests/test_mask_stage.py tests/test_lbq_layout.py
         tests/test_cuda_fusions.py tests/test_cuda_early_loads.py tests/test_call_times.py tests/test_commit_overlap.py"}
-    # LUCEBOX_TEST_WORKERS=N (N > 1): N pytest-xdist processes share the GPU (its wheel in .whl; the tiny models'
-    # cache takes concurrent builders), for a shorter call; the order above then no longer holds
-    local workers=()
-    if [ "${LUCEBOX_TEST_WORKERS:-1}" -gt 1 ]; then
-        workers=(-n "$LUCEBOX_TEST_WORKERS")
-    fi
     # shellcheck disable=SC2086
     export LUCEBOX_TEST_CACHE="$WORK/tiny-models"  # the tiny random models, shared with backend_diff
-    timeout "${LUCEBOX_TEST_TIMEOUT:-300}" python3 -m pytest -q -rf ${workers[@]+"${workers[@]}"} $tests 2>&1 \
-        | tee "$OUT/tests.log" \
+    timeout "${LUCEBOX_TEST_TIMEOUT:-300}" python3 -m pytest -q -rf $tests 2>&1 | tee "$OUT/tests.log" \
         | grep -E "^(FAILED|ERROR)|passed|failed" | cut -c1-300
     log "CUDA vs CPU logits on the tiny target"
     timeout 120 python3 benchmarks/device/backend_diff.py --cache "$LUCEBOX_TEST_CACHE" 2>&1 | grep -v "^\[trans"

@@ -67,8 +67,9 @@ size_t plan_graph_bytes(ggml_cgraph * gf, ggml_backend_buffer_type_t buft);
 // stream ahead of the graph that reads it, without waiting for the copy: ggml_backend_tensor_set waits for each one
 // (a copy and a stream sync of its own, several a decode step). A pageable source may change as soon as this returns:
 // the driver stages it first (CUDA's API synchronization rules); a pinned one is read when the copy runs, so it must
-// not change before the graph's wait (every engine call ends with one but lb_commit, whose sources are pageable). Inputs a graph does not use have no buffer and
-// are skipped; a tensor outside the backend's own buffers, and the CPU backend, get ggml_backend_tensor_set.
+// not change before the graph's wait (every engine call ends with one but lb_commit, whose sources are pageable).
+// Inputs a graph does not use have no buffer and are skipped; a tensor outside the backend's own buffers, and the CPU
+// backend, get ggml_backend_tensor_set.
 void set_input(ggml_backend_t backend, ggml_tensor * t, const void * data, size_t bytes);
 // set_input of n_copies runs of `size` bytes, stride_data apart in host memory and stride_tensor apart in t from byte
 // `offset` (ggml_backend_tensor_set_2d's arguments).

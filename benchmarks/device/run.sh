@@ -2,7 +2,7 @@
 # One script for the lent GPU machine: build (CUDA, sm_90a, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
 #                                                serverbench attnprof ab lbqprof lbqprefprof lbqsass stock
-#                                                patchab libab wgmma probe attn depth all (default: all)
+#                                                patchab libab wgmma probe kprobes attn depth all (default: all)
 # LUCEBOX_CUDA_ARCHS: the architecture the build and stock stages compile for (default 90a: Hopper-only
 # instructions such as wgmma, the invariant attention's H100 path; 90 leaves them out).
 # The machine has no network: carry vendor/src (materialized ggml + llama.cpp) and .whl (wheels:
@@ -116,6 +116,22 @@ stage_probe() {
         [ "$st" = 0 ] && continue
         echo "tree_attn_probe $part: exit $st (124: timed out)" | tee -a "$OUT/tree_attn_probe.txt"
         rc=1
+    done
+    return $rc
+}
+
+# Standalone probes on ggml's headers (no build; LUCEBOX_KPROBES picks): a verify's delta net a token
+# (gdn_chain_probe), the draft's BF16 products on ggml's mmf with k cut in pieces (mmf_split_probe), and a pipelined
+# BF16 product against mmf (bf16_stream_probe); each prints its table to $OUT/NAME.txt
+stage_kprobes() {
+    log "standalone kernel probes: ${LUCEBOX_KPROBES:-gdn_chain_probe mmf_split_probe bf16_stream_probe}"
+    local arch=(-gencode arch=compute_90a,code=sm_90a) p rc=0
+    [ "${ARCHS%a}" = 90 ] || arch=(-arch="sm_$ARCHS")
+    local inc=(-I vendor/src/ggml/include -I vendor/src/ggml/src -I vendor/src/ggml/src/ggml-cuda)
+    for p in ${LUCEBOX_KPROBES:-gdn_chain_probe mmf_split_probe bf16_stream_probe}; do
+        nvcc -O3 -std=c++17 "${arch[@]}" "${inc[@]}" "benchmarks/kernels/$p.cu" -o "$WORK/$p" || { rc=1; continue; }
+        timeout 240 "$WORK/$p" >"$OUT/$p.txt" 2>&1 || rc=1
+        grep -E "DIFFERENT|FAIL|all ok|same bits" "$OUT/$p.txt"
     done
     return $rc
 }
@@ -464,7 +480,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_bench || rc=1; }
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
-        build|kernels|stock|wgmma|probe|lbqsass) "stage_$s" || rc=1 ;;
+        build|kernels|stock|wgmma|probe|kprobes|lbqsass) "stage_$s" || rc=1 ;;
         mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|patchab|libab|attn|depth)
             # attn and attnprof run attn_check alone (LUCEBOX_BUILD_TARGETS=attn_check builds just that)
             need="$BUILD/liblucebox.so"

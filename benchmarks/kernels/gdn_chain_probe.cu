@@ -1,0 +1,253 @@
+// Where a verify's gated delta net spends its time per token. The tree op (gated_delta_net_tree.cu) walks a chain
+// of tokens on one column slice per warp, each token a dependent chain of FMAs and shuffles (gdn_token), and loads
+// the next token's inputs (its rows of q and k, its columns' v, the gate and beta) one token ahead from global
+// memory. In the engine a 23-token verify takes ~20 us a layer where one token takes ~4 us, far more than the
+// arithmetic's ~500 cycles a token. This probe runs the same arithmetic (the real gated_delta_net_column.cuh) on
+// the 27B's shapes (S_v 128, 48 value heads over 16 key heads, the conv's output as q|k|v rows of 10,240 floats a
+// token) along one chain, with the inputs
+//   global1: loaded one token ahead from global memory (the engine's kernel),
+//   global2: two tokens ahead,
+//   staged:  every token's inputs copied to shared memory by the block first, then read one token ahead from there,
+//   none:    token 0's inputs for every token (no loads in the loop: the arithmetic's floor),
+// and W warps a block each walking a chain of their own on the same slice (W = 2: the engine's two chains at once).
+// It prints the kernel's time (events over back-to-back launches) and block 0's cycles a token (clock64).
+//   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I vendor/src/ggml/include -I vendor/src/ggml/src \
+//        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/gdn_chain_probe.cu -o gdn_chain_probe
+#include "gated_delta_net_column.cuh"
+
+#include <cstdio>
+#include <cstring>
+#include <vector>
+
+constexpr int kS   = 128;  // head size
+constexpr int kH   = 48;   // value heads
+constexpr int kHk  = 16;   // key heads
+constexpr int kRow = 2 * kHk * kS + kH * kS;  // a token's q|k|v row of the conv's output (10,240 floats)
+constexpr int kC   = 4;    // columns a thread
+constexpr int kT   = gdn_threads<kS>();
+constexpr int kMaxTokens = 32;  // the staged inputs: 33 KiB of static shared memory
+
+enum Mode { GLOBAL1, GLOBAL2, STAGED, NONE, PIPE, PIPE_NONE };
+
+// pipelined: a token's output sums and the next token's kv sums go through one butterfly (8 values), so that the
+// next token's kv products overlap this token's output shuffles; each value sees the same operations in the same
+// order as in gdn_token: the same bits
+__device__ __forceinline__ void kv_partial(const float (&s)[kC][kGdnRows], const gdn_input<false, kC> & in,
+                                           float (&kv)[kC]) {
+#pragma unroll
+    for (int c = 0; c < kC; ++c)
+#pragma unroll
+        for (int r = 0; r < kGdnRows; ++r) {
+            kv[c] = r == 0 ? __fmul_rn(s[c][0], in.k[0]) : __fmaf_rn(s[c][r], in.k[r], kv[c]);
+        }
+}
+
+__device__ __forceinline__ void update_out(float (&s)[kC][kGdnRows], const gdn_input<false, kC> & in,
+                                           const float (&kv)[kC], float (&out)[kC]) {
+    const float gate = expf(in.g[0]);
+#pragma unroll
+    for (int c = 0; c < kC; ++c) {
+        const float delta = __fmul_rn(__fmaf_rn(-gate, kv[c], in.v[c]), in.beta);
+#pragma unroll
+        for (int r = 0; r < kGdnRows; ++r) {
+            s[c][r] = __fmaf_rn(in.k[r], delta, __fmul_rn(gate, s[c][r]));
+            out[c] = r == 0 ? __fmul_rn(s[c][0], in.q[0]) : __fmaf_rn(s[c][r], in.q[r], out[c]);
+        }
+    }
+}
+
+template <int MODE>
+__global__ void __launch_bounds__(4 * WARP_SIZE)
+chain_probe(const float * qkv, const float * g, const float * beta, const float * state, float * y, float * state_out,
+            int n, long long * cycles) {
+    const int lane = threadIdx.x % WARP_SIZE, warp = threadIdx.x / WARP_SIZE;
+    const gdn_place<kS, kC> at(lane);
+    const int h = blockIdx.x, hk = h % kHk;
+    const float * q = qkv + hk * kS;
+    const float * k = qkv + kHk * kS + hk * kS;
+    const float * v = qkv + 2 * kHk * kS + h * kS;
+    float s[kC][kGdnRows];
+    gdn_load_columns<true, kS, kC>(state + h * kS * kS + at.col0 * kS + at.r0, s);
+    float * y_col = y + (warp * kMaxTokens * kH + h) * kS + at.col0;
+
+    // staged: q and k rows of the head and the slice's v columns, every token
+    __shared__ float sk[kMaxTokens][kS], sq[kMaxTokens][kS], sv[kMaxTokens][16], sg[kMaxTokens], sb[kMaxTokens];
+    if constexpr (MODE == STAGED) {
+        const int col_base = blockIdx.z * 16;
+        for (int i = threadIdx.x; i < n * kS / 4; i += blockDim.x) {
+            const int t = i / (kS / 4), c4 = i % (kS / 4);
+            ((float4 *) sk[t])[c4] = ((const float4 *) (k + (long) t * kRow))[c4];
+            ((float4 *) sq[t])[c4] = ((const float4 *) (q + (long) t * kRow))[c4];
+        }
+        for (int i = threadIdx.x; i < n * 16; i += blockDim.x) {
+            sv[i / 16][i % 16] = v[(long) (i / 16) * kRow + col_base + i % 16];
+        }
+        for (int i = threadIdx.x; i < n; i += blockDim.x) {
+            sg[i] = g[i * kH + h];
+            sb[i] = beta[i * kH + h];
+        }
+        __syncthreads();
+    }
+    const int vc = at.col0 - blockIdx.z * 16;
+    auto read = [&](int t, gdn_input<false, kC> & in) {
+        if constexpr (MODE == STAGED) {
+#pragma unroll
+            for (int i = 0; i < kGdnRows; ++i) {
+                in.k[i] = sk[t][at.r0 + i];
+                in.q[i] = sq[t][at.r0 + i];
+            }
+#pragma unroll
+            for (int c = 0; c < kC; ++c) {
+                in.v[c] = sv[t][vc + c];
+            }
+            in.g[0] = sg[t];
+            in.beta = sb[t];
+        } else {
+            gdn_load_rows<true>(k + (long) t * kRow + at.r0, in.k);
+            gdn_load_rows<true>(q + (long) t * kRow + at.r0, in.q);
+#pragma unroll
+            for (int c = 0; c < kC; ++c) {
+                in.v[c] = v[(long) t * kRow + at.col0 + c];
+            }
+            in.g[0] = g[t * kH + h];
+            in.beta = beta[t * kH + h];
+        }
+    };
+    const long long c0 = clock64();
+    gdn_input<false, kC> in[3];
+    if constexpr (MODE == PIPE || MODE == PIPE_NONE) {
+        read(0, in[0]);
+        float both[2 * kC];  // out of token t, then kv of token t + 1
+        float kv[kC];
+        kv_partial(s, in[0], kv);
+        gdn_column_sums<kT, kC>(kv);
+        for (int t = 0; t < n; t += 2) {
+#pragma unroll
+            for (int j = 0; j < 2; ++j) {
+                const int u = t + j;
+                if (u >= n) break;
+                const gdn_input<false, kC> & cur = in[MODE == PIPE_NONE ? 0 : j];
+                gdn_input<false, kC> & nxt = in[MODE == PIPE_NONE ? 0 : 1 - j];
+                if (MODE == PIPE && u + 1 < n) read(u + 1, nxt);
+                float out[kC];
+                update_out(s, cur, kv, out);
+                float kv_next[kC] = {};
+                if (u + 1 < n) kv_partial(s, nxt, kv_next);
+#pragma unroll
+                for (int c = 0; c < kC; ++c) { both[c] = out[c]; both[kC + c] = kv_next[c]; }
+                gdn_column_sums<kT, 2 * kC>(both);
+#pragma unroll
+                for (int c = 0; c < kC; ++c) { out[c] = both[c]; kv[c] = both[kC + c]; }
+                gdn_write_outputs<kC>(y_col + (long) u * kS * kH, out, 0.088f, at.writer);
+            }
+        }
+    } else {
+    read(0, in[0]);
+    if constexpr (MODE == GLOBAL2) {
+        if (n > 1) read(1, in[1]);
+    }
+    for (int t = 0; t < n; t += 3) {
+#pragma unroll
+        for (int j = 0; j < 3; ++j) {
+            const int u = t + j;
+            if (u >= n) break;
+            constexpr int ahead = MODE == GLOBAL2 ? 2 : 1;
+            if (MODE != NONE && u + ahead < n) {
+                read(u + ahead, in[(j + ahead) % 3]);
+            }
+            float out[kC];
+            gdn_token<kT, false, kC>(s, in[MODE == NONE ? 0 : j], out);
+            gdn_write_outputs<kC>(y_col + (long) u * kS * kH, out, 0.088f, at.writer);
+        }
+    }
+    }
+    const long long c1 = clock64();
+    if (blockIdx.x == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
+        cycles[0] = c1 - c0;
+    }
+    if (warp == 0) {
+        gdn_store_columns<true, kS, kC>(state_out + h * kS * kS + at.col0 * kS + at.r0, s);
+    }
+}
+
+#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
+    fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
+
+template <int MODE>
+void run(const char * name, int n, int warps, float * qkv, float * g, float * beta, float * st, float * y, float * st2,
+         long long * cyc) {
+    const dim3 grid(kH, 1, kS / kC * kT / WARP_SIZE), block(warps * WARP_SIZE);
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    for (int i = 0; i < 20; ++i) chain_probe<MODE><<<grid, block>>>(qkv, g, beta, st, y, st2, n, cyc);
+    CHECK(cudaGetLastError());
+    const int reps = 200;
+    CHECK(cudaEventRecord(e0));
+    for (int i = 0; i < reps; ++i) chain_probe<MODE><<<grid, block>>>(qkv, g, beta, st, y, st2, n, cyc);
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    long long c = 0;
+    CHECK(cudaMemcpy(&c, cyc, sizeof c, cudaMemcpyDeviceToHost));
+    cudaFuncAttributes attr;
+    CHECK(cudaFuncGetAttributes(&attr, chain_probe<MODE>));
+    printf("| %s | %d | %d | %.2f | %.0f | %d |\n", name, n, warps, 1e3 * ms / reps, double(c) / n, attr.numRegs);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+int main() {
+    float * qkv, * g, * beta, * st, * y, * st2;
+    long long * cyc;
+    CHECK(cudaMalloc(&qkv, sizeof(float) * kMaxTokens * kRow));
+    CHECK(cudaMalloc(&g, sizeof(float) * kMaxTokens * kH));
+    CHECK(cudaMalloc(&beta, sizeof(float) * kMaxTokens * kH));
+    CHECK(cudaMalloc(&st, sizeof(float) * kH * kS * kS));
+    CHECK(cudaMalloc(&st2, sizeof(float) * kH * kS * kS));
+    CHECK(cudaMalloc(&y, sizeof(float) * 4 * kMaxTokens * kH * kS));
+    CHECK(cudaMalloc(&cyc, sizeof(long long)));
+    std::vector<float> h(kMaxTokens * kRow);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = 0.01f * float(int(i * 2654435761u % 201) - 100);
+    CHECK(cudaMemcpy(qkv, h.data(), sizeof(float) * h.size(), cudaMemcpyHostToDevice));
+    std::vector<float> gb(kMaxTokens * kH, -0.05f);
+    CHECK(cudaMemcpy(g, gb.data(), sizeof(float) * gb.size(), cudaMemcpyHostToDevice));
+    CHECK(cudaMemcpy(beta, gb.data(), sizeof(float) * gb.size(), cudaMemcpyHostToDevice));
+    CHECK(cudaMemset(st, 0, sizeof(float) * kH * kS * kS));
+    int clock_khz = 0;
+    CHECK(cudaDeviceGetAttribute(&clock_khz, cudaDevAttrClockRate, 0));
+    printf("27B delta net shapes: %d value heads, head size %d, 4 columns a thread; SM clock attribute %d MHz\n",
+           kH, kS, clock_khz / 1000);
+    printf("| inputs | tokens | warps a block | us a launch | cycles a token (block 0) | registers |\n"
+           "|---|---|---|---|---|---|\n");
+    // the pipelined order against gdn_token's: y and the final state bit for bit (23 tokens, one warp)
+    {
+        const size_t ny = size_t(kMaxTokens) * kH * kS, ns = size_t(kH) * kS * kS;
+        std::vector<float> y0(ny), s0(ns), y1(ny), s1(ns);
+        const dim3 grid(kH, 1, kS / kC * kT / WARP_SIZE);
+        CHECK(cudaMemset(y, 0, sizeof(float) * ny));
+        chain_probe<GLOBAL1><<<grid, WARP_SIZE>>>(qkv, g, beta, st2, y, st, 23, cyc);  // a non-zero start state
+        chain_probe<GLOBAL1><<<grid, WARP_SIZE>>>(qkv, g, beta, st, y, st2, 23, cyc);
+        CHECK(cudaMemcpy(y0.data(), y, sizeof(float) * ny, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(s0.data(), st2, sizeof(float) * ns, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemset(y, 0, sizeof(float) * ny));
+        chain_probe<PIPE><<<grid, WARP_SIZE>>>(qkv, g, beta, st, y, st2, 23, cyc);
+        CHECK(cudaMemcpy(y1.data(), y, sizeof(float) * ny, cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(s1.data(), st2, sizeof(float) * ns, cudaMemcpyDeviceToHost));
+        const bool same = memcmp(y0.data(), y1.data(), sizeof(float) * ny) == 0 &&
+                          memcmp(s0.data(), s1.data(), sizeof(float) * ns) == 0;
+        printf("pipelined == gdn_token order, y and state: %s\n", same ? "same bits" : "DIFFERENT");
+    }
+    for (int warps : { 1, 2 }) {
+        for (int n : { 1, 8, 23, 32 }) {
+            run<GLOBAL1>("global1", n, warps, qkv, g, beta, st, y, st2, cyc);
+            run<GLOBAL2>("global2", n, warps, qkv, g, beta, st, y, st2, cyc);
+            run<STAGED>("staged", n, warps, qkv, g, beta, st, y, st2, cyc);
+            run<NONE>("none", n, warps, qkv, g, beta, st, y, st2, cyc);
+            run<PIPE>("pipelined", n, warps, qkv, g, beta, st, y, st2, cyc);
+            run<PIPE_NONE>("pipelined, none", n, warps, qkv, g, beta, st, y, st2, cyc);
+        }
+    }
+    return 0;
+}

@@ -10,9 +10,14 @@
 //   - a row tile cut between two blocks leaves partial sums; a pass adds a tile's pieces in k order. The cuts come
 //     from the matrix shape and the SM count alone, and a column's MMAs do not depend on the other columns: a column
 //     has the same bits alone or among 16;
-//   - the activations go to bf16 once a launch (a first pass; ggml's mmf converts them as it reads them too).
-// Checked against a float64 product of the bf16-rounded inputs and against mmf; timed against mmf on the draft's shapes
-// with the weights cycled over 1 GiB (from DRAM, as in the engine), the three passes included.
+//   - the activations go to bf16 once a launch (a first pass; ggml's mmf converts them as it reads them too), or
+//     (FX) are staged as f32 and rounded where the B fragments are formed (the same bits, one pass fewer);
+//   - FOLD, for a prefill's many column groups: a block a (row tile, group) adds its tile's pieces in registers.
+// Checked against a float64 product of the bf16-rounded inputs, against mmf, a column alone against the same column
+// among 16 and among 512 (bit for bit); timed against mmf on the draft's shapes with the weights cycled over 1 GiB
+// (from DRAM, as in the engine), its passes included and apart, and at 512 columns against mmf's grouped launch.
+// The fifty-first session ran the bf16-pass variant (its "passes" and "product" columns); the FX and FOLD variants
+// were written after its device time was spent.
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/bf16_stream_probe.cu -o bf16_stream_probe
 #include "mmf.cuh"
@@ -78,10 +83,14 @@ __global__ void to_bf16(const float * x, int64_t ldx, int n, int k, int n_pad, _
 }
 
 // y [n][m] (column stride ldy) = W [m][k] (row stride ldw, elements) x xb; part: a worker's partial sums of the tiles
-// it shares with another (slot 0 its first tile, 1 its last), [worker][slot][8 NT][kBM]
+// it shares with another (slot 0 its first tile, 1 its last), [group][worker][slot][8 NT][kBM]. Block (worker, group):
+// column group blockIdx.y (8 NT columns of the n).
 // FX: the activations staged as f32 straight from x (column stride ldx; columns past n read column n - 1, zeroed when
-// the B fragments are formed) and rounded to bf16 there, as to_bf16 rounds them: no pass of their own, the same bits
-template <int NT, int STAGES, bool FX>
+// the B fragments are formed) and rounded to bf16 there, as to_bf16 rounds them: no pass of their own, the same bits.
+// FOLD (many column groups, a prefill's draft append): block (tile, group) walks its row tile's whole k, each piece of
+// the plan summed from zero as its worker would, and adds the pieces in k order in registers: the bits of the split
+// path and its sum pass, with no partial sums in memory.
+template <int NT, int STAGES, bool FX, bool FOLD = false>
 __global__ void __launch_bounds__(kThreads) gemm(const __nv_bfloat16 * __restrict__ w, int64_t ldw, int m, int k,
                                                  const __nv_bfloat16 * __restrict__ xb, const float * __restrict__ xf,
                                                  int64_t ldx, int n, float * y, int64_t ldy, float * part,
@@ -91,8 +100,15 @@ __global__ void __launch_bounds__(kThreads) gemm(const __nv_bfloat16 * __restric
     constexpr int STAGE = (W_CHUNKS + X_CHUNKS) * 16;
     extern __shared__ __align__(128) uint8_t smem[];
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-    const int worker = blockIdx.x;
-    const int64_t u0 = p.bound(worker), u1 = p.bound(worker + 1);
+    const int worker = blockIdx.x, col0 = blockIdx.y * 8 * NT;
+    n = min(8 * NT, n - col0);
+    xb += int64_t(col0) * k;
+    xf += int64_t(col0) * ldx;
+    y += int64_t(col0) * ldy;
+    part += int64_t(blockIdx.y) * p.workers * 2 * (8 * NT) * kBM;
+    // FOLD: block x is a row tile
+    const int64_t u0 = FOLD ? int64_t(worker) * p.n_units_k : p.bound(worker);
+    const int64_t u1 = FOLD ? u0 + p.n_units_k : p.bound(worker + 1);
     const int n_it = int(u1 - u0);
     int64_t ld_u = u0;
     auto load = [&](int st) {
@@ -129,6 +145,8 @@ __global__ void __launch_bounds__(kThreads) gemm(const __nv_bfloat16 * __restric
         cp_commit();
     }
     float acc[NT][4] = {};
+    float tot[FOLD ? NT : 1][4];  // FOLD: the tile's pieces so far
+    bool first_piece = true;
     int64_t u = u0;
     int tile = int(u0 / p.n_units_k);
     auto flush = [&]() {
@@ -186,19 +204,43 @@ __global__ void __launch_bounds__(kThreads) gemm(const __nv_bfloat16 * __restric
             }
         }
         ++u;
-        if (u % p.n_units_k == 0 || u == u1) {
+        if constexpr (FOLD) {
+            // a piece ends where a worker's range of the plan ends (or the tile does)
+            if (u == u1 || p.bound(p.worker_of(u)) == u) {
+#pragma unroll
+                for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        tot[nt][i] = first_piece ? acc[nt][i] : tot[nt][i] + acc[nt][i];
+                        acc[nt][i] = 0.0f;
+                    }
+                first_piece = false;
+            }
+        } else if (u % p.n_units_k == 0 || u == u1) {
             flush();
             tile = int(u / p.n_units_k);
         }
     }
     cp_wait<0>();
+    if constexpr (FOLD) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int row = worker * kBM + 16 * warp + g + 8 * (i >> 1), col = 8 * nt + 2 * t + (i & 1);
+                if (row < m && col < n) y[int64_t(col) * ldy + row] = tot[nt][i];
+            }
+    }
 }
 
 // y of the cut tiles: the pieces in worker (k) order; a thread a row, all columns' pieces loaded before the sums
 template <int NT>
 __global__ void add_pieces(const float * __restrict__ part, const Plan p, int m, int n, float * __restrict__ y,
                            int64_t ldy) {
-    const int tile = blockIdx.x, r = threadIdx.x, row = tile * kBM + r;
+    const int tile = blockIdx.x, r = threadIdx.x, row = tile * kBM + r, col0 = blockIdx.y * 8 * NT;
+    n = min(8 * NT, n - col0);
+    y += int64_t(col0) * ldy;
+    part += int64_t(blockIdx.y) * p.workers * 2 * (8 * NT) * kBM;
     const int64_t t0 = int64_t(tile) * p.n_units_k, t1 = t0 + p.n_units_k;
     const int first = p.worker_of(t0), last = p.worker_of(t1 - 1);
     if (first == last || row >= m) return;
@@ -221,12 +263,14 @@ __global__ void add_pieces(const float * __restrict__ part, const Plan p, int m,
 }  // namespace bfs
 
 constexpr size_t kPool = size_t(1) << 30;
+constexpr int kPrefillCols = 512;  // a prefill micro-batch's draft append
 // a variant: its stages, the blocks an SM its plan deals units to, whether the activations are staged as f32 (FX)
 template <int NT, int STAGES, int BPS, bool FX>
 struct Run {
     Run(int m, int k, int nsm) : m(m), k(k) {
         smem = STAGES * (bfs::kBM * bfs::kChunks + 8 * NT * (FX ? bfs::kBK / 4 : bfs::kChunks)) * 16;
         CHECK(cudaFuncSetAttribute(bfs::gemm<NT, STAGES, FX>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
+        CHECK(cudaFuncSetAttribute(bfs::gemm<NT, STAGES, FX, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, smem));
         CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, bfs::gemm<NT, STAGES, FX>, bfs::kThreads, smem));
         if (per_sm < BPS) {
             fprintf(stderr, "%d blocks an SM fit, the plan wants %d\n", per_sm, BPS);
@@ -238,13 +282,22 @@ struct Run {
         p.n_units_k = k / bfs::kBK;
         p.workers = int(std::min<int64_t>(p.units(), int64_t(BPS) * nsm));
     }
-    // the passes (to_bf16 unless FX, the product, the sum of cut tiles' pieces), or the product alone
+    // the passes (to_bf16 unless FX, the product, the sum of cut tiles' pieces), or the product alone; a column group
+    // of 8 NT columns a grid row
     void operator()(const __nv_bfloat16 * w, const float * x, int n, __nv_bfloat16 * xb, float * part, float * y,
                     bool product_only = false) {
-        const int n_pad = 8 * NT;
+        const int groups = (n + 8 * NT - 1) / (8 * NT), n_pad = 8 * NT * groups;
         if (!FX && !product_only) bfs::to_bf16<<<(n_pad * k + 255) / 256, 256>>>(x, k, n, k, n_pad, xb);
-        bfs::gemm<NT, STAGES, FX><<<p.workers, bfs::kThreads, smem>>>(w, k, m, k, xb, x, k, n, y, m, part, p);
-        if (!product_only) bfs::add_pieces<NT><<<p.tiles, bfs::kBM>>>(part, p, m, n, y, m);
+        bfs::gemm<NT, STAGES, FX><<<dim3(p.workers, groups), bfs::kThreads, smem>>>(w, k, m, k, xb, x, k, n, y, m,
+                                                                                   part, p);
+        if (!product_only) bfs::add_pieces<NT><<<dim3(p.tiles, groups), bfs::kBM>>>(part, p, m, n, y, m);
+    }
+    // FOLD: a block a (row tile, column group), the plan's pieces added in registers (no partial sums)
+    void fold(const __nv_bfloat16 * w, const float * x, int n, __nv_bfloat16 * xb, float * y) {
+        const int groups = (n + 8 * NT - 1) / (8 * NT), n_pad = 8 * NT * groups;
+        if (!FX) bfs::to_bf16<<<(n_pad * k + 255) / 256, 256>>>(x, k, n, k, n_pad, xb);
+        bfs::gemm<NT, STAGES, FX, true><<<dim3(p.tiles, groups), bfs::kThreads, smem>>>(w, k, m, k, xb, x, k, n, y, m,
+                                                                                       nullptr, p);
     }
     int m, k, smem = 0, per_sm = 0;
     bfs::Plan p{};
@@ -256,6 +309,15 @@ void mmf_launch(const nv_bfloat162 * w, const float * x, float * dst, int64_t m,
     const int smem = std::max(NW * 16 * (32 + 4) * 4, ((COLS + 7) / 8 * 8) * (NW * 32 + 4) * 4);
     mul_mat_f<nv_bfloat162, 32, COLS, NW, false><<<dim3(m / 32, 1, 1), dim3(32, NW, 1), smem>>>(
         w, x, nullptr, dst, int(k / 2), COLS, 1, int(k / 2), int(k / 2), int(m), 0, 0, 1, 0, 0, 0, 1, 0, 0, 0);
+}
+
+// mmf as batch-invariant mode launches a prefill's whole 16-column groups: a group a grid channel, the weights shared
+void mmf_groups(const nv_bfloat162 * w, const float * x, float * dst, int64_t m, int64_t k, int groups) {
+    constexpr int NW = 8;
+    const int smem = std::max(NW * 16 * (32 + 4) * 4, 16 * (NW * 32 + 4) * 4);
+    mul_mat_f<nv_bfloat162, 32, 16, NW, false><<<dim3(m / 32, groups, 1), dim3(32, NW, 1), smem>>>(
+        w, x, nullptr, dst, int(k / 2), 16, groups, int(k / 2), int(k / 2), int(m), 0, 0, groups, 0, int(16 * k),
+        int(16 * m), 1, 0, 0, 0);
 }
 
 template <typename F>
@@ -289,10 +351,10 @@ int main() {
     float * x, * y, * y2, * part;
     __nv_bfloat16 * xb;
     CHECK(cudaMalloc(&pool, kPool));
-    CHECK(cudaMalloc(&x, sizeof(float) * 16 * 25600));
-    CHECK(cudaMalloc(&xb, sizeof(uint16_t) * 16 * 25600));
-    CHECK(cudaMalloc(&y, sizeof(float) * 16 * 34816));
-    CHECK(cudaMalloc(&y2, sizeof(float) * 16 * 34816));
+    CHECK(cudaMalloc(&x, sizeof(float) * kPrefillCols * 25600));
+    CHECK(cudaMalloc(&xb, sizeof(uint16_t) * kPrefillCols * 25600));
+    CHECK(cudaMalloc(&y, sizeof(float) * kPrefillCols * 34816));
+    CHECK(cudaMalloc(&y2, sizeof(float) * kPrefillCols * 34816));
     CHECK(cudaMalloc(&part, sizeof(float) * 2048 * 2 * 16 * bfs::kBM));
     // weights: bf16 bits of varied sign and size over the whole pool; activations likewise
     {
@@ -302,7 +364,7 @@ int main() {
             hw[i] = uint16_t(0x3800 + h % 0x0800) | uint16_t((h >> 20 & 1) << 15);  // |w| in [2^-15, 2^-4)
         }
         CHECK(cudaMemcpy(pool, hw.data(), kPool, cudaMemcpyHostToDevice));
-        std::vector<float> hx(16 * 25600);
+        std::vector<float> hx(size_t(kPrefillCols) * 25600);
         for (size_t i = 0; i < hx.size(); ++i) hx[i] = 0.01f * float(int(i * 2246822519u % 401) - 200);
         CHECK(cudaMemcpy(x, hx.data(), sizeof(float) * hx.size(), cudaMemcpyHostToDevice));
     }
@@ -398,6 +460,29 @@ int main() {
             printf("| %s | %d x %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", s.name, s.m,
                    s.k, cols, t[0], t[1], t[2], t[3], t[4], t[5], t[6], 100.0 * bytes / (best * 1e3) / copy_gbs);
         }
+    }
+    // A prefill's 512 columns: mmf's grouped launch against FOLD (f32-staged, 4 stages); a column of FOLD's result
+    // against the same column alone through the split path (the same plan: the same bits)
+    printf("\n| matrix | rows x k | columns | mmf groups us | fold us | fold GB/s of weights | column 77 fold == alone "
+           "|\n|---|---|---|---|---|---|---|\n");
+    for (const Shape & s : shapes) {
+        const int64_t bytes = int64_t(s.m) * s.k * 2, copies = std::max<int64_t>(1, int64_t(kPool) / bytes);
+        auto wat = [&](int i) { return (const __nv_bfloat16 *) (pool + (i % copies) * (bytes / 2)); };
+        Run<2, 4, 2, true> run(s.m, s.k, nsm);
+        Run<1, 4, 2, true> one(s.m, s.k, nsm);
+        const double t_mmf = time_us([&](int i) {
+            mmf_groups((const nv_bfloat162 *) wat(i), x, y2, s.m, s.k, kPrefillCols / 16); }, 10);
+        const double t_fold = time_us([&](int i) { run.fold(wat(i), x, kPrefillCols, xb, y); }, 10);
+        run.fold(wat(0), x, kPrefillCols, xb, y);
+        const int c = 77;
+        std::vector<float> a(s.m), b(s.m);
+        CHECK(cudaMemcpy(a.data(), y + int64_t(c) * s.m, s.m * 4, cudaMemcpyDeviceToHost));
+        one(wat(0), x + int64_t(c) * s.k, 1, xb, part, y);
+        CHECK(cudaMemcpy(b.data(), y, s.m * 4, cudaMemcpyDeviceToHost));
+        const bool same = memcmp(a.data(), b.data(), s.m * 4) == 0;
+        ok = ok && same;
+        printf("| %s | %d x %d | %d | %.1f | %.1f | %.0f | %s |\n", s.name, s.m, s.k, kPrefillCols, t_mmf, t_fold,
+               bytes / (t_fold * 1e3), same ? "same bits" : "DIFFERENT");
     }
     printf("%s\n", ok ? "all ok" : "FAIL");
     return ok ? 0 : 1;

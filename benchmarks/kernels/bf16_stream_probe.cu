@@ -21,15 +21,13 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/bf16_stream_probe.cu -o bf16_stream_probe
 #include "mmf.cuh"
+#include "probe_common.cuh"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <vector>
-
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-    fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
 
 namespace bfs {
 
@@ -42,13 +40,6 @@ constexpr int kChunks = kBK / 8;  // 16-byte chunks a row of a unit
 // where chunk c of row r of a stage sits (in chunks): the chunk index xor the row's low bits, so that the 8 rows an
 // ldmatrix phase reads land on 8 distinct 16-byte bank groups
 __device__ __forceinline__ int swz(int r, int c) { return r * kChunks + (c ^ (r & 7)); }
-
-__device__ __forceinline__ void cp_async16(void * smem, const void * gmem) {
-    const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N> __device__ __forceinline__ void cp_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N)); }
 
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const void * p) {
     const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -320,21 +311,8 @@ void mmf_groups(const nv_bfloat162 * w, const float * x, float * dst, int64_t m,
         int(16 * m), 1, 0, 0, 0);
 }
 
-template <typename F>
-double time_us(F && f, int reps = 50) {
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < 5; ++i) f(i);
-    CHECK(cudaEventRecord(e0));
-    for (int i = 0; i < reps; ++i) f(i + 5);
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    CHECK(cudaGetLastError());
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    return 1e3 * ms / reps;
-}
+// back-to-back launches of f(i), us each
+template <typename F> double time_us(F && f, int reps = 50) { return time_back_to_back_us(f, 5, reps); }
 
 static float bf16_round(float v) {
     uint32_t u;
@@ -368,14 +346,8 @@ int main() {
         for (size_t i = 0; i < hx.size(); ++i) hx[i] = 0.01f * float(int(i * 2246822519u % 401) - 200);
         CHECK(cudaMemcpy(x, hx.data(), sizeof(float) * hx.size(), cudaMemcpyHostToDevice));
     }
-    size_t copy_bytes = size_t(512) << 20;
-    float * ca, * cb;
-    CHECK(cudaMalloc(&ca, copy_bytes));
-    CHECK(cudaMalloc(&cb, copy_bytes));
-    const double copy_us =
-        time_us([&](int) { CHECK(cudaMemcpyAsync(cb, ca, copy_bytes, cudaMemcpyDeviceToDevice)); }, 10);
-    const double copy_gbs = 2.0 * copy_bytes / (copy_us * 1e3);
-    printf("copy %.0f GB/s, %d SMs\n", copy_gbs, nsm);
+    const double copy = copy_gbs();
+    printf("copy %.0f GB/s, %d SMs\n", copy, nsm);
 
     struct Shape { const char * name; int m, k; };
     const Shape shapes[] = { {"o", 5120, 4096}, {"qkv", 6144, 5120}, {"gate|up", 34816, 5120}, {"down", 5120, 17408},
@@ -458,7 +430,7 @@ int main() {
             }
             const double best = std::min({t[2], t[4], t[6]});
             printf("| %s | %d x %d | %d | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.1f | %.0f%% |\n", s.name, s.m,
-                   s.k, cols, t[0], t[1], t[2], t[3], t[4], t[5], t[6], 100.0 * bytes / (best * 1e3) / copy_gbs);
+                   s.k, cols, t[0], t[1], t[2], t[3], t[4], t[5], t[6], 100.0 * bytes / (best * 1e3) / copy);
         }
     }
     // A prefill's 512 columns: mmf's grouped launch against FOLD (f32-staged, 4 stages); a column of FOLD's result

@@ -14,6 +14,7 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/gdn_chain_probe.cu -o gdn_chain_probe
 #include "gated_delta_net_column.cuh"
+#include "probe_common.cuh"
 
 #include <cstdio>
 #include <cstring>
@@ -170,32 +171,17 @@ chain_probe(const float * qkv, const float * g, const float * beta, const float 
     }
 }
 
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-    fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
-
 template <int MODE>
 void run(const char * name, int n, int warps, float * qkv, float * g, float * beta, float * st, float * y, float * st2,
          long long * cyc) {
     const dim3 grid(kH, 1, kS / kC * kT / WARP_SIZE), block(warps * WARP_SIZE);
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    for (int i = 0; i < 20; ++i) chain_probe<MODE><<<grid, block>>>(qkv, g, beta, st, y, st2, n, cyc);
-    CHECK(cudaGetLastError());
-    const int reps = 200;
-    CHECK(cudaEventRecord(e0));
-    for (int i = 0; i < reps; ++i) chain_probe<MODE><<<grid, block>>>(qkv, g, beta, st, y, st2, n, cyc);
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    const double us = time_back_to_back_us(
+        [&](int) { chain_probe<MODE><<<grid, block>>>(qkv, g, beta, st, y, st2, n, cyc); }, 20, 200);
     long long c = 0;
     CHECK(cudaMemcpy(&c, cyc, sizeof c, cudaMemcpyDeviceToHost));
     cudaFuncAttributes attr;
     CHECK(cudaFuncGetAttributes(&attr, chain_probe<MODE>));
-    printf("| %s | %d | %d | %.2f | %.0f | %d |\n", name, n, warps, 1e3 * ms / reps, double(c) / n, attr.numRegs);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
+    printf("| %s | %d | %d | %.2f | %.0f | %d |\n", name, n, warps, us, double(c) / n, attr.numRegs);
 }
 
 int main() {

@@ -12,13 +12,11 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/mmf_split_probe.cu -o mmf_split_probe
 #include "mmf.cuh"
+#include "probe_common.cuh"
 
 #include <cstdio>
 #include <cstring>
 #include <vector>
-
-#define CHECK(x) do { cudaError_t e = (x); if (e != cudaSuccess) { \
-    fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e)); exit(1); } } while (0)
 
 constexpr int kWarp = 32;
 constexpr size_t kPool = size_t(1) << 30;  // weights cycled over 1 GiB
@@ -72,13 +70,8 @@ double time_shape(nv_bfloat162 * pool, const float * x, float * part, float * ds
     const int64_t pairs = k / 2, bytes = m * k * 2;
     const int nw = pick_warps(pairs / S);
     const int64_t copies = std::max<int64_t>(1, int64_t(kPool) / bytes);
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    const int reps = 60;
-    for (int i = -5; i < reps; ++i) {
-        if (i == 0) CHECK(cudaEventRecord(e0));
-        const nv_bfloat162 * w = pool + (int64_t(i + 5) % copies) * (bytes / 4);
+    return time_back_to_back_us([&](int i) {
+        const nv_bfloat162 * w = pool + (int64_t(i) % copies) * (bytes / 4);
         float * out = S == 1 ? dst : part;
         switch (nw) {
             case 8: launch<ROWS, COLS, 8>(w, x, out, m, pairs, S, 0); break;
@@ -89,18 +82,12 @@ double time_shape(nv_bfloat162 * pool, const float * x, float * part, float * ds
             default: fprintf(stderr, "nwarps %d not built\n", nw); exit(1);
         }
         if (S > 1) add_pieces<<<(m * COLS + 255) / 256, 256>>>(part, dst, int(m), COLS, S);
-    }
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    CHECK(cudaGetLastError());
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    return 1e3 * ms / reps;
+    }, 5, 60);
 }
 
 int main() {
     nv_bfloat162 * pool;
-    float * x, * part, * dst, * a, * b;
+    float * x, * part, * dst;
     CHECK(cudaMalloc(&pool, kPool));
     CHECK(cudaMemset(pool, 0x3c, kPool));
     CHECK(cudaMalloc(&x, sizeof(float) * 16 * 25600));
@@ -111,25 +98,11 @@ int main() {
     }
     CHECK(cudaMalloc(&part, sizeof(float) * 8 * 16 * 34816));
     CHECK(cudaMalloc(&dst, sizeof(float) * 16 * 34816));
-    // the copy ceiling: 512 MiB device to device
-    const size_t cb = size_t(512) << 20;
-    CHECK(cudaMalloc(&a, cb));
-    CHECK(cudaMalloc(&b, cb));
-    cudaEvent_t e0, e1;
-    CHECK(cudaEventCreate(&e0));
-    CHECK(cudaEventCreate(&e1));
-    CHECK(cudaMemcpy(b, a, cb, cudaMemcpyDeviceToDevice));
-    CHECK(cudaEventRecord(e0));
-    for (int i = 0; i < 10; ++i) CHECK(cudaMemcpy(b, a, cb, cudaMemcpyDeviceToDevice));
-    CHECK(cudaEventRecord(e1));
-    CHECK(cudaEventSynchronize(e1));
-    float ms = 0;
-    CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    const double copy_gbs = 2.0 * cb * 10 / (ms * 1e6);
+    const double copy = copy_gbs();
     int nsm = 0;
     CHECK(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, 0));
     printf("copy %.0f GB/s, %d SMs; mul_mat_f<bf16, 32 rows, cols, nwarps> as ggml launches it (S 1) and with k in S "
-           "pieces plus their sum\n", copy_gbs, nsm);
+           "pieces plus their sum\n", copy, nsm);
     // 64 or 128 rows a block: each element the same chain of MMAs and the same sum over warps, so the same bits
     if (sizeof(kRowChoices) > sizeof(int)) {
         const int64_t m = 5120, k = 4096;
@@ -175,7 +148,7 @@ int main() {
                     const double gbs = s.m * s.k * 2 / (us * 1e3);
                     printf("| %s | %lld x %lld | %d | %d | %d | %lld | %.1f | %.0f | %.0f%% |\n", s.name,
                            (long long) s.m, (long long) s.k, cols, rows, S, (long long) (s.m / rows * S), us, gbs,
-                           100 * gbs / copy_gbs);
+                           100 * gbs / copy);
                 }
             }
         }

@@ -1,7 +1,8 @@
-// Pieces of the standalone probes in benchmarks/kernels (tree_attn_probe.cu, stream_probe.cu; the transposed probe of
-// session 31 is on branch wip/tree-attn-transposed): the 27B's attention shape, an error check, cp.async / named
-// barrier / setmaxnreg wrappers, the Q4_0 -> f16 conversion the invariant attention uses (so a probe's tiles hold the
-// fork's values), the segment merge, and on the host the probes' data and their double-precision reference.
+// Pieces of the standalone probes in benchmarks/kernels (tree_attn_probe.cu, stream_probe.cu, gdn_chain_probe.cu,
+// mmf_split_probe.cu, bf16_stream_probe.cu; the transposed probe of session 31 is on branch wip/tree-attn-transposed):
+// the 27B's attention shape, an error check, cp.async / named barrier / setmaxnreg wrappers, the Q4_0 -> f16
+// conversion the invariant attention uses (so a probe's tiles hold the fork's values), the segment merge, and on the
+// host the probes' data, their double-precision reference, launch timers and the copy bandwidth.
 #pragma once
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -208,6 +209,39 @@ inline double worst_vs_double(const std::vector<half> & q, const std::vector<hal
         }
     }
     return worst;
+}
+
+// the mean time of launch(i) (kernels on the default stream) over iters launches back to back, after `warmups`
+// untimed ones (i counts from 0 over both: a probe may cycle its weights by it), us
+template <class Launch> double time_back_to_back_us(Launch launch, int warmups, int iters) {
+    cudaEvent_t e0, e1;
+    CHECK(cudaEventCreate(&e0));
+    CHECK(cudaEventCreate(&e1));
+    for (int i = 0; i < warmups; ++i) launch(i);
+    CHECK(cudaEventRecord(e0));
+    for (int i = 0; i < iters; ++i) launch(warmups + i);
+    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventSynchronize(e1));
+    CHECK(cudaGetLastError());
+    float ms = 0.0f;
+    CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    CHECK(cudaEventDestroy(e0));
+    CHECK(cudaEventDestroy(e1));
+    return 1e3 * ms / iters;
+}
+
+// a device-to-device copy's rate (2 bytes moved a byte copied) over 10 copies of 512 MiB: the bandwidth a streaming
+// kernel could reach at best, GB/s
+inline double copy_gbs() {
+    const size_t bytes = size_t(512) << 20;
+    void * a, * b;
+    CHECK(cudaMalloc(&a, bytes));
+    CHECK(cudaMalloc(&b, bytes));
+    const double us = time_back_to_back_us([&](int) { CHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice)); },
+                                           1, 10);
+    CHECK(cudaFree(a));
+    CHECK(cudaFree(b));
+    return 2.0 * bytes / (us * 1e3);
 }
 
 // the mean time of launch() (kernels on the default stream) over iters runs after `warmups` untimed ones, us

@@ -57,7 +57,8 @@ __device__ __forceinline__ void mma_bf16(float (&c)[4], const uint32_t (&a)[4], 
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-// the plan: units (tile, k-unit) in tile order, dealt as `workers` contiguous ranges of nearly equal length
+// the plan: units (tile, k-unit) in tile order, dealt as `workers` contiguous ranges of nearly equal length (as
+// lbq::Split deals a K-quant product's units, with this kernel's 64-row tiles and 128-value units)
 struct Plan {
     int tiles, n_units_k, workers;
     __host__ __device__ int64_t units() const { return int64_t(tiles) * n_units_k; }
@@ -65,7 +66,7 @@ struct Plan {
     __host__ __device__ int worker_of(int64_t u) const { return int(((u + 1) * workers - 1) / units()); }
 };
 
-// activations: x f32 [n][k] (column stride ldx) -> xb bf16 [8 NT][k], zeros past n
+// activations: x f32 [n][k] (column stride ldx) -> xb bf16 [n_pad][k], zeros past n
 __global__ void to_bf16(const float * x, int64_t ldx, int n, int k, int n_pad, __nv_bfloat16 * xb) {
     const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= int64_t(n_pad) * k) return;

@@ -136,6 +136,13 @@ __global__ void __launch_bounds__(kThreads) gemm(const __nv_bfloat16 * __restric
         if (i < n_it) load(i);
         cp_commit();
     }
+    // f(nt, i, r, col): accumulator element i of n-tile nt is row r of the tile (of its 64) and column col of the group
+    auto each_out = [&](auto && f) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) f(nt, i, 16 * warp + g + 8 * (i >> 1), 8 * nt + 2 * t + (i & 1));
+    };
     float acc[NT][4] = {};
     float tot[FOLD ? NT : 1][4];  // FOLD: the tile's pieces so far
     bool first_piece = true;
@@ -146,19 +153,15 @@ __global__ void __launch_bounds__(kThreads) gemm(const __nv_bfloat16 * __restric
         const int64_t t0 = int64_t(tile) * p.n_units_k, t1 = t0 + p.n_units_k;
         const bool whole = t0 >= u0 && t1 <= u1;
         const int slot = t0 < u0 ? 0 : 1;
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int r = 16 * warp + g + 8 * (i >> 1), col = 8 * nt + 2 * t + (i & 1);
-                const int row = tile * kBM + r;
-                if (whole) {
-                    if (row < m && col < n) y[int64_t(col) * ldy + row] = acc[nt][i];
-                } else {
-                    part[((int64_t(worker) * 2 + slot) * (8 * NT) + col) * kBM + r] = acc[nt][i];
-                }
-                acc[nt][i] = 0.0f;
+        each_out([&](int nt, int i, int r, int col) {
+            const int row = tile * kBM + r;
+            if (whole) {
+                if (row < m && col < n) y[int64_t(col) * ldy + row] = acc[nt][i];
+            } else {
+                part[((int64_t(worker) * 2 + slot) * (8 * NT) + col) * kBM + r] = acc[nt][i];
             }
+            acc[nt][i] = 0.0f;
+        });
     };
     for (int it = 0; it < n_it; ++it) {
         cp_wait<STAGES - 2>();
@@ -199,13 +202,10 @@ __global__ void __launch_bounds__(kThreads) gemm(const __nv_bfloat16 * __restric
         if constexpr (FOLD) {
             // a piece ends where a worker's range of the plan ends (or the tile does)
             if (u == u1 || p.bound(p.worker_of(u)) == u) {
-#pragma unroll
-                for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-                    for (int i = 0; i < 4; ++i) {
-                        tot[nt][i] = first_piece ? acc[nt][i] : tot[nt][i] + acc[nt][i];
-                        acc[nt][i] = 0.0f;
-                    }
+                each_out([&](int nt, int i, int, int) {
+                    tot[nt][i] = first_piece ? acc[nt][i] : tot[nt][i] + acc[nt][i];
+                    acc[nt][i] = 0.0f;
+                });
                 first_piece = false;
             }
         } else if (u % p.n_units_k == 0 || u == u1) {
@@ -215,13 +215,10 @@ __global__ void __launch_bounds__(kThreads) gemm(const __nv_bfloat16 * __restric
     }
     cp_wait<0>();
     if constexpr (FOLD) {
-#pragma unroll
-        for (int nt = 0; nt < NT; ++nt)
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int row = worker * kBM + 16 * warp + g + 8 * (i >> 1), col = 8 * nt + 2 * t + (i & 1);
-                if (row < m && col < n) y[int64_t(col) * ldy + row] = tot[nt][i];
-            }
+        each_out([&](int nt, int i, int r, int col) {
+            const int row = worker * kBM + r;
+            if (row < m && col < n) y[int64_t(col) * ldy + row] = tot[nt][i];
+        });
     }
 }
 
@@ -238,7 +235,8 @@ __global__ void add_pieces(const float * __restrict__ part, const Plan p, int m,
     if (first == last || row >= m) return;
     float sum[8 * NT];
     for (int g = first; g <= last; ++g) {
-        const int slot = p.bound(g) > t0 ? 0 : 1;  // the tile is g's first (slot 0) unless g started before it
+        // g's range starts inside the tile: the tile is g's first (slot 0); else it starts the tile or before: its last
+        const int slot = p.bound(g) > t0 ? 0 : 1;
         const float * src = part + (int64_t(g) * 2 + slot) * (8 * NT) * kBM + r;
         float v[8 * NT];
 #pragma unroll

@@ -10,14 +10,15 @@
 //   staged:  every token's inputs copied to shared memory by the block first, then read one token ahead from there,
 //   none:    token 0's inputs for every token (no loads in the loop: the arithmetic's floor),
 // and W warps a block each walking a chain of their own on the same slice (W = 2: the engine's two chains at once).
-// It prints the kernel's time (events over back-to-back launches) and block 0's cycles a token (clock64).
+// It prints the kernel's time (events over back-to-back launches) and block 0's cycles a token (clock64). (A
+// pipelined order, a token's output sums and the next token's kv sums in one butterfly, gave the same bits and ran
+// slower: the fifty-first session's call 3, its code in git history, c3ec270.)
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -I vendor/src/ggml/include -I vendor/src/ggml/src \
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/gdn_chain_probe.cu -o gdn_chain_probe
 #include "gated_delta_net_column.cuh"
 #include "probe_common.cuh"
 
 #include <cstdio>
-#include <cstring>
 #include <vector>
 
 constexpr int kS   = 128;  // head size
@@ -28,34 +29,7 @@ constexpr int kC   = 4;    // columns a thread
 constexpr int kT   = gdn_threads<kS>();
 constexpr int kMaxTokens = 32;  // the staged inputs: 33 KiB of static shared memory
 
-enum Mode { GLOBAL1, GLOBAL2, STAGED, NONE, PIPE, PIPE_NONE };
-
-// pipelined: a token's output sums and the next token's kv sums go through one butterfly (8 values), so that the
-// next token's kv products overlap this token's output shuffles; each value sees the same operations in the same
-// order as in gdn_token: the same bits
-__device__ __forceinline__ void kv_partial(const float (&s)[kC][kGdnRows], const gdn_input<false, kC> & in,
-                                           float (&kv)[kC]) {
-#pragma unroll
-    for (int c = 0; c < kC; ++c)
-#pragma unroll
-        for (int r = 0; r < kGdnRows; ++r) {
-            kv[c] = r == 0 ? __fmul_rn(s[c][0], in.k[0]) : __fmaf_rn(s[c][r], in.k[r], kv[c]);
-        }
-}
-
-__device__ __forceinline__ void update_out(float (&s)[kC][kGdnRows], const gdn_input<false, kC> & in,
-                                           const float (&kv)[kC], float (&out)[kC]) {
-    const float gate = expf(in.g[0]);
-#pragma unroll
-    for (int c = 0; c < kC; ++c) {
-        const float delta = __fmul_rn(__fmaf_rn(-gate, kv[c], in.v[c]), in.beta);
-#pragma unroll
-        for (int r = 0; r < kGdnRows; ++r) {
-            s[c][r] = __fmaf_rn(in.k[r], delta, __fmul_rn(gate, s[c][r]));
-            out[c] = r == 0 ? __fmul_rn(s[c][0], in.q[0]) : __fmaf_rn(s[c][r], in.q[r], out[c]);
-        }
-    }
-}
+enum Mode { GLOBAL1, GLOBAL2, STAGED, NONE };
 
 template <int MODE>
 __global__ void __launch_bounds__(4 * WARP_SIZE)
@@ -116,33 +90,6 @@ chain_probe(const float * qkv, const float * g, const float * beta, const float 
     };
     const long long c0 = clock64();
     gdn_input<false, kC> in[3];
-    if constexpr (MODE == PIPE || MODE == PIPE_NONE) {
-        read(0, in[0]);
-        float both[2 * kC];  // out of token t, then kv of token t + 1
-        float kv[kC];
-        kv_partial(s, in[0], kv);
-        gdn_column_sums<kT, kC>(kv);
-        for (int t = 0; t < n; t += 2) {
-#pragma unroll
-            for (int j = 0; j < 2; ++j) {
-                const int u = t + j;
-                if (u >= n) break;
-                const gdn_input<false, kC> & cur = in[MODE == PIPE_NONE ? 0 : j];
-                gdn_input<false, kC> & nxt = in[MODE == PIPE_NONE ? 0 : 1 - j];
-                if (MODE == PIPE && u + 1 < n) read(u + 1, nxt);
-                float out[kC];
-                update_out(s, cur, kv, out);
-                float kv_next[kC] = {};
-                if (u + 1 < n) kv_partial(s, nxt, kv_next);
-#pragma unroll
-                for (int c = 0; c < kC; ++c) { both[c] = out[c]; both[kC + c] = kv_next[c]; }
-                gdn_column_sums<kT, 2 * kC>(both);
-#pragma unroll
-                for (int c = 0; c < kC; ++c) { out[c] = both[c]; kv[c] = both[kC + c]; }
-                gdn_write_outputs<kC>(y_col + (long) u * kS * kH, out, 0.088f, at.writer);
-            }
-        }
-    } else {
     read(0, in[0]);
     if constexpr (MODE == GLOBAL2) {
         if (n > 1) read(1, in[1]);
@@ -160,7 +107,6 @@ chain_probe(const float * qkv, const float * g, const float * beta, const float 
             gdn_token<kT, false, kC>(s, in[MODE == NONE ? 0 : j], out);
             gdn_write_outputs<kC>(y_col + (long) u * kS * kH, out, 0.088f, at.writer);
         }
-    }
     }
     const long long c1 = clock64();
     if (blockIdx.x == 0 && blockIdx.z == 0 && threadIdx.x == 0) {
@@ -207,32 +153,12 @@ int main() {
            kH, kS, clock_khz / 1000);
     printf("| inputs | tokens | warps a block | us a launch | cycles a token (block 0) | registers |\n"
            "|---|---|---|---|---|---|\n");
-    // the pipelined order against gdn_token's: y and the final state bit for bit (23 tokens, one warp)
-    {
-        const size_t ny = size_t(kMaxTokens) * kH * kS, ns = size_t(kH) * kS * kS;
-        std::vector<float> y0(ny), s0(ns), y1(ny), s1(ns);
-        const dim3 grid(kH, 1, kS / kC * kT / WARP_SIZE);
-        CHECK(cudaMemset(y, 0, sizeof(float) * ny));
-        chain_probe<GLOBAL1><<<grid, WARP_SIZE>>>(qkv, g, beta, st2, y, st, 23, cyc);  // a non-zero start state
-        chain_probe<GLOBAL1><<<grid, WARP_SIZE>>>(qkv, g, beta, st, y, st2, 23, cyc);
-        CHECK(cudaMemcpy(y0.data(), y, sizeof(float) * ny, cudaMemcpyDeviceToHost));
-        CHECK(cudaMemcpy(s0.data(), st2, sizeof(float) * ns, cudaMemcpyDeviceToHost));
-        CHECK(cudaMemset(y, 0, sizeof(float) * ny));
-        chain_probe<PIPE><<<grid, WARP_SIZE>>>(qkv, g, beta, st, y, st2, 23, cyc);
-        CHECK(cudaMemcpy(y1.data(), y, sizeof(float) * ny, cudaMemcpyDeviceToHost));
-        CHECK(cudaMemcpy(s1.data(), st2, sizeof(float) * ns, cudaMemcpyDeviceToHost));
-        const bool same = memcmp(y0.data(), y1.data(), sizeof(float) * ny) == 0 &&
-                          memcmp(s0.data(), s1.data(), sizeof(float) * ns) == 0;
-        printf("pipelined == gdn_token order, y and state: %s\n", same ? "same bits" : "DIFFERENT");
-    }
     for (int warps : { 1, 2 }) {
         for (int n : { 1, 8, 23, 32 }) {
             run<GLOBAL1>("global1", n, warps, qkv, g, beta, st, y, st2, cyc);
             run<GLOBAL2>("global2", n, warps, qkv, g, beta, st, y, st2, cyc);
             run<STAGED>("staged", n, warps, qkv, g, beta, st, y, st2, cyc);
             run<NONE>("none", n, warps, qkv, g, beta, st, y, st2, cyc);
-            run<PIPE>("pipelined", n, warps, qkv, g, beta, st, y, st2, cyc);
-            run<PIPE_NONE>("pipelined, none", n, warps, qkv, g, beta, st, y, st2, cyc);
         }
     }
     return 0;

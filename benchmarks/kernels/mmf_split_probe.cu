@@ -21,9 +21,9 @@
 constexpr int kWarp = 32;
 constexpr size_t kPool = size_t(1) << 30;  // weights cycled over 1 GiB
 #ifdef PROBE_WIDE_BLOCKS
-constexpr int kRowChoices[] = {32, 64, 128};
+constexpr bool kWideBlocks = true;  // 64 and 128 rows a block too (see the header)
 #else
-constexpr int kRowChoices[] = {32};
+constexpr bool kWideBlocks = false;
 #endif
 
 // dst[j][r] = sum over s of part[s][j][r], s in order
@@ -104,7 +104,7 @@ int main() {
     printf("copy %.0f GB/s, %d SMs; mul_mat_f<bf16, 32 rows, cols, nwarps> as ggml launches it (S 1) and with k in S "
            "pieces plus their sum\n", copy, nsm);
     // 64 or 128 rows a block: each element the same chain of MMAs and the same sum over warps, so the same bits
-    if (sizeof(kRowChoices) > sizeof(int)) {
+    if (kWideBlocks) {
         const int64_t m = 5120, k = 4096;
         std::vector<uint16_t> hw(m * k);  // bf16 bits: varied signs and exponents
         for (size_t i = 0; i < hw.size(); ++i) {
@@ -131,10 +131,10 @@ int main() {
     for (const Shape & s : shapes) {
         for (int cols : {16, 1}) {
             if (cols == 1 && s.m != 5120 && s.m != 2048) continue;
-            for (int rows : kRowChoices) {
+            for (int rows : {32, 64, 128}) {
                 for (int S : {1, 2, 4}) {
                     const int64_t pairs = s.k / 2;
-                    if (pairs % S != 0 || pairs / S < 256 || (rows != 32 && S > 2)) continue;
+                    if (pairs % S != 0 || pairs / S < 256 || (rows != 32 && (S > 2 || !kWideBlocks))) continue;
                     double us = 0;
                     if (cols == 16) {
                         us = rows == 32 ? time_shape<32, 16>(pool, x, part, dst, s.m, s.k, S)

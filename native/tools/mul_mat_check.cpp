@@ -1,8 +1,8 @@
 // mul_mat_check: mat-mul on the CUDA backend against the CPU backend, at the column counts of a decode
 // step (1), of verify trees (2..32) and of prefill micro-batches (up to 300: several launches of column
 // groups), for the weight types patch 0006's small-batch kernel takes (Q4_K, Q6_K) and others ggml runs
-// (Q8_0, F16, BF16: BF16 at a shape the tensor-core mmf kernel takes and one it does not), with
-// contiguous and strided activations.
+// (Q8_0, F16, BF16: BF16 at a shape the tensor-core mmf kernel takes and one it does not; in invariant mode
+// patch 0075's bf16s takes all three, up to 300 columns), with contiguous and strided activations.
 //   mul_mat_check              prints one line per case; exit 1 if any result is off
 //   mul_mat_check invariant    batch-invariant mode (patch 0009) on, and every column must compute to the
 //                              same bits alone and inside any batch (a one-token step == a verify batch
@@ -65,6 +65,9 @@ int main(int argc, char ** argv) {
     const Case cases[] = {{GGML_TYPE_Q4_K, 5120, 600}, {GGML_TYPE_Q6_K, 1024, 9000}, {GGML_TYPE_Q4_K, 256, 64},
                           {GGML_TYPE_Q8_0, 1024, 300}, {GGML_TYPE_F16, 512, 200}, {GGML_TYPE_BF16, 512, 200},
                           {GGML_TYPE_BF16, 2560, 256},
+                          // BF16 (patch 0075's bf16s in invariant mode), 33 row tiles of 32 units over an H100's 264
+                          // workers: ranges of 4 units, tiles cut in up to 9 pieces; past 64 columns a FOLD launch
+                          {GGML_TYPE_BF16, 4096, 2112},
                           // 66 row tiles at k split 2: launches of 257 and 300 columns fold the splits in their blocks
                           {GGML_TYPE_Q4_K, 2048, 8448},
                           // 132 row tiles at k split 2: on an H100 launches of 257 and 300 columns run wide (8 n-tiles a
@@ -84,8 +87,10 @@ int main(int argc, char ** argv) {
         for (int64_t x_stride : {c.k, c.k + 64}) {
             std::vector<float> x(size_t(x_stride * kMaxCols));
             for (float & v : x) v = nd(rng);
-            // up to kMaxCols columns for the K-quant kernels (several launches of column groups), 64 for the rest
-            const int n_max = ggml_is_quantized(c.type) && c.type != GGML_TYPE_Q8_0 ? kMaxCols : 64;
+            // up to kMaxCols columns for the K-quant and BF16 kernels (several launches of column groups; BF16's
+            // prefill launches), 64 for the rest
+            const bool wide = (ggml_is_quantized(c.type) && c.type != GGML_TYPE_Q8_0) || c.type == GGML_TYPE_BF16;
+            const int n_max = wide ? kMaxCols : 64;
             // each column's product alone (invariant mode): column j moved to column 0 of a copy
             std::vector<std::vector<float>> alone;
             if (invariant) {
@@ -112,7 +117,8 @@ int main(int argc, char ** argv) {
                     differ += std::memcmp(alone[size_t(j)].data(), got.data() + size_t(j) * c.m, size_t(c.m) * sizeof(float)) != 0;
                 }
                 const bool same = differ == 0;
-                // the CPU quantizes activations to 8 bits, the GPU to 8 bits (mmvq, mmq), f16 (lbq) or bf16 (mmf)
+                // the CPU quantizes activations to 8 bits, the GPU to 8 bits (mmvq, mmq), f16 (lbq) or bf16 (mmf,
+                // bf16s)
                 // (and for all n, every column: a one-column product's bits, in invariant mode)
                 const bool ok = finite && rel < 2e-2 && (!invariant || same);
                 bad += !ok;

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90a, all cores), GPU tests, benchmarks.
 #   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
-#                                                serverbench attnprof ab lbqprof lbqprefprof lbqsass stock
+#                                                profab serverbench attnprof ab lbqprof lbqprefprof lbqsass stock
 #                                                patchab libab wgmma probe kprobes attn depth all (default: all)
 # LUCEBOX_CUDA_ARCHS: the architecture the build and stock stages compile for (default 90a: Hopper-only
 # instructions such as wgmma, the invariant attention's H100 path; 90 leaves them out).
@@ -398,26 +398,69 @@ stage_serverbench() {
 # (default 3). The default compares lbq's classic split-K (wave_plan) with its default plan (slot_plan). Flags come
 # after the 8K ones and win, so a configuration may bench another depth:
 # 'LUCEBOX_KV_LAYOUT=key --ctx 131072 --kv q4_0'.
+# each_config FN CONFIGS: FN INDEX ENV... FLAG... for each ';'-separated configuration of CONFIGS (its leading
+# NAME=VALUE words, then step_bench's or profile_step's flags and their values; a trailing ';': an empty one)
+each_config() {
+    local fn=$1 configs=$2 i=0 cfg
+    local -a cfgs
+    IFS=';' read -ra cfgs <<< "$configs"
+    [ "${configs: -1}" = ";" ] && cfgs+=("")  # a trailing ';' is an empty configuration (read drops it)
+    for cfg in "${cfgs[@]}"; do
+        # shellcheck disable=SC2086
+        "$fn" "$i" $cfg
+        i=$((i + 1))
+    done
+}
+
+# config_run CMD... under the configuration in "$@" after CMD's own words: CMD's leading words up to `--`, then the
+# configuration's NAME=VALUE words as environment, its other words appended to CMD
+config_run() {
+    local -a cmd=() envs=() flags=()
+    local w
+    while [ "$1" != -- ]; do cmd+=("$1"); shift; done
+    shift
+    for w in "$@"; do
+        if [ ${#flags[@]} = 0 ] && [[ $w == [A-Za-z_]*=* ]]; then envs+=("$w"); else flags+=("$w"); fi
+    done
+    env ${envs[@]+"${envs[@]}"} "${cmd[@]}" ${flags[@]+"${flags[@]}"}
+}
+
+ab_one() {
+    local i=$1
+    shift
+    echo "round $r: ${*:-defaults}"
+    config_run python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
+        --ctx 8192 --n-gen 128 --steps 10 -- "$@" 2>&1 | grep -E "^\| (AR decode|[0-9]+ \|)"
+}
+
 stage_ab() {
-    local configs="${LUCEBOX_AB-GGML_CUDA_LBQ_WAVES=1;}"
+    local configs="${LUCEBOX_AB-GGML_CUDA_LBQ_WAVES=1;}" r
     log "interleaved A/B, step_bench at 8K: $configs"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
     synth_ready || return 1  # a fresh machine (a call without `synth` after the last one went back) writes it now
-    local r cfg w cfgs envs flags
-    IFS=';' read -ra cfgs <<< "$configs"
-    [ "${configs: -1}" = ";" ] && cfgs+=("")  # a trailing ';' is an empty configuration (read drops it)
     for r in $(seq "${LUCEBOX_AB_ROUNDS:-3}"); do
-        for cfg in "${cfgs[@]}"; do
-            envs=() flags=()  # leading NAME=VALUE words, then step_bench's flags and their values
-            for w in $cfg; do
-                if [ ${#flags[@]} = 0 ] && [[ $w == [A-Za-z_]*=* ]]; then envs+=("$w"); else flags+=("$w"); fi
-            done
-            echo "round $r: ${cfg:-defaults}"
-            env ${envs[@]+"${envs[@]}"} python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" \
-                --draft "$WORK/synth-27b-dflash" --ctx 8192 --n-gen 128 --steps 10 ${flags[@]+"${flags[@]}"} 2>&1 \
-                | grep -E "^\| (AR decode|[0-9]+ \|)"
-        done
+        each_config ab_one "$configs"
     done
+}
+
+profab_one() {
+    local i=$1
+    shift
+    echo "profile $i: ${*:-defaults}"
+    GGML_CUDA_PDL=0 config_run python3 benchmarks/profile_step.py --target "$WORK/synth-27b-q4_k_m.gguf" \
+        --draft "$WORK/synth-27b-dflash" --ctx 8192 --calls 3 --top 12 -- "$@" >"$OUT/profab_$i.md" 2>&1
+    grep -E -A8 "^### (draft|commit|prefill)" "$OUT/profab_$i.md" | cut -c1-160
+}
+
+# The per-kernel profile (dependent launch off: kernels one after another, their times add up) once for each
+# configuration of LUCEBOX_AB (as stage ab reads it, default: the defaults and GGML_CUDA_BF16_STREAM=0): the draft,
+# commit and prefill kernels of each, to see where an A/B's difference comes from. $OUT/profab_N.md has it all.
+stage_profab() {
+    local configs="${LUCEBOX_AB-;GGML_CUDA_BF16_STREAM=0}"
+    log "per-kernel profiles, one for each configuration: $configs"
+    export LUCEBOX_LIB="$BUILD/liblucebox.so"
+    synth_ready || return 1
+    each_config profab_one "$configs"
 }
 
 stage_pair() {
@@ -481,7 +524,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
         build|kernels|stock|wgmma|probe|kprobes|lbqsass) "stage_$s" || rc=1 ;;
-        mulmat|test|bench|pair|profile|serverbench|attnprof|ab|lbqprof|lbqprefprof|patchab|libab|attn|depth)
+        mulmat|test|bench|pair|profile|profab|serverbench|attnprof|ab|lbqprof|lbqprefprof|patchab|libab|attn|depth)
             # attn and attnprof run attn_check alone (LUCEBOX_BUILD_TARGETS=attn_check builds just that)
             need="$BUILD/liblucebox.so"
             case $s in attn|attnprof) need="$BUILD/attn_check" ;; esac

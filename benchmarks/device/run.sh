@@ -72,7 +72,8 @@ stage_test() {
         tests/test_state.py tests/test_sampling.py tests/test_sample_draw.py tests/test_penalty_window.py
         tests/test_tree_ops.py tests/test_target.py
         tests/test_native_errors.py tests/test_draft.py tests/test_mask_stage.py tests/test_lbq_layout.py
-        tests/test_cuda_fusions.py tests/test_cuda_early_loads.py tests/test_call_times.py tests/test_commit_overlap.py"}
+        tests/test_cuda_fusions.py tests/test_cuda_early_loads.py tests/test_call_times.py tests/test_commit_overlap.py
+        tests/test_bf16s.py"}
     # shellcheck disable=SC2086
     export LUCEBOX_TEST_CACHE="$WORK/tiny-models"  # the tiny random models, shared with backend_diff
     timeout "${LUCEBOX_TEST_TIMEOUT:-300}" python3 -m pytest -q -rf $tests 2>&1 | tee "$OUT/tests.log" \

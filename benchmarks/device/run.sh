@@ -399,22 +399,24 @@ stage_serverbench() {
 # (default 3). The default compares lbq's classic split-K (wave_plan) with its default plan (slot_plan). Flags come
 # after the 8K ones and win, so a configuration may bench another depth:
 # 'LUCEBOX_KV_LAYOUT=key --ctx 131072 --kv q4_0'.
-# each_config FN CONFIGS: FN INDEX ENV... FLAG... for each ';'-separated configuration of CONFIGS (its leading
-# NAME=VALUE words, then step_bench's or profile_step's flags and their values; a trailing ';': an empty one)
+# each_config FN CONFIGS: $FN INDEX ENV... FLAG... for each ';'-separated configuration of CONFIGS (its leading
+# NAME=VALUE words, then step_bench's or profile_step's flags and their values; a trailing ';': an empty one). FN may
+# hold words of its own before INDEX (unquoted: no spaces inside them). Fails where any call failed.
 each_config() {
-    local fn=$1 configs=$2 i=0 cfg
+    local fn=$1 configs=$2 i=0 cfg rc=0
     local -a cfgs
     IFS=';' read -ra cfgs <<< "$configs"
     [ "${configs: -1}" = ";" ] && cfgs+=("")  # a trailing ';' is an empty configuration (read drops it)
     for cfg in "${cfgs[@]}"; do
         # shellcheck disable=SC2086
-        "$fn" "$i" $cfg
+        $fn "$i" $cfg || rc=1
         i=$((i + 1))
     done
+    return $rc
 }
 
-# config_run CMD... under the configuration in "$@" after CMD's own words: CMD's leading words up to `--`, then the
-# configuration's NAME=VALUE words as environment, its other words appended to CMD
+# config_run CMD... -- CONFIG...: CMD under a configuration (as each_config passes it): its NAME=VALUE words as
+# environment, its other words appended to CMD
 config_run() {
     local -a cmd=() envs=() flags=()
     local w
@@ -426,24 +428,29 @@ config_run() {
     env ${envs[@]+"${envs[@]}"} "${cmd[@]}" ${flags[@]+"${flags[@]}"}
 }
 
+# ab_one ROUND INDEX CONFIG...: one step_bench at 8K under a configuration, its result rows
 ab_one() {
-    local i=$1
-    shift
-    echo "round $r: ${*:-defaults}"
-    config_run python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" --draft "$WORK/synth-27b-dflash" \
-        --ctx 8192 --n-gen 128 --steps 10 -- "$@" 2>&1 | grep -E "^\| (AR decode|[0-9]+ \|)"
+    local round=$1
+    shift 2
+    echo "round $round: ${*:-defaults}"
+    config_run python3 benchmarks/step_bench.py --target "$WORK/synth-27b-q4_k_m.gguf" \
+        --draft "$WORK/synth-27b-dflash" --ctx 8192 --n-gen 128 --steps 10 -- "$@" 2>&1 \
+        | grep -E "^\| (AR decode|[0-9]+ \|)"
 }
 
 stage_ab() {
-    local configs="${LUCEBOX_AB-GGML_CUDA_LBQ_WAVES=1;}" r
+    local configs="${LUCEBOX_AB-GGML_CUDA_LBQ_WAVES=1;}" r rc=0
     log "interleaved A/B, step_bench at 8K: $configs"
     export LUCEBOX_LIB="$BUILD/liblucebox.so"
     synth_ready || return 1  # a fresh machine (a call without `synth` after the last one went back) writes it now
     for r in $(seq "${LUCEBOX_AB_ROUNDS:-3}"); do
-        each_config ab_one "$configs"
+        each_config "ab_one $r" "$configs" || rc=1
     done
+    return $rc
 }
 
+# profab_one INDEX CONFIG...: the per-kernel profile under a configuration into $OUT/profab_INDEX.md; its draft,
+# commit and prefill tables
 profab_one() {
     local i=$1
     shift

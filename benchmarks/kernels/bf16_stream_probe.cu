@@ -50,7 +50,7 @@ struct Bf16s {
         cudaFree(tickets);
     }
     void operator()(const __nv_bfloat16 * w, const float * x, int n, float * y) const {
-        bf16s::launch(p, w, k, m, k, x, k, n, xb, y, m, part, tickets, 0);
+        bf16s::launch(p, w, k, m, k, x, k, n, xb, y, m, part, tickets, /*weights_early =*/ true, 0);
     }
     int m, k;
     bf16s::Plan p;
@@ -160,8 +160,10 @@ int main() {
                         mag += std::fabs(prod);
                     }
                     max_rel = std::max(max_rel, std::fabs(got16[size_t(c) * s.m + r] - ref) / (mag + 1e-30));
-                    if (!ref_mmf.empty())
-                        max_rel_mmf = std::max(max_rel_mmf, std::fabs(ref_mmf[size_t(c) * s.m + r] - ref) / (mag + 1e-30));
+                    if (!ref_mmf.empty()) {
+                        const double err = std::fabs(ref_mmf[size_t(c) * s.m + r] - ref);
+                        max_rel_mmf = std::max(max_rel_mmf, err / (mag + 1e-30));
+                    }
                 }
         }
         ok = ok && max_rel < 1e-5 && same;

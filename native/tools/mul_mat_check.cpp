@@ -65,9 +65,12 @@ int main(int argc, char ** argv) {
     const Case cases[] = {{GGML_TYPE_Q4_K, 5120, 600}, {GGML_TYPE_Q6_K, 1024, 9000}, {GGML_TYPE_Q4_K, 256, 64},
                           {GGML_TYPE_Q8_0, 1024, 300}, {GGML_TYPE_F16, 512, 200}, {GGML_TYPE_BF16, 512, 200},
                           {GGML_TYPE_BF16, 2560, 256},
-                          // BF16 (patch 0075's bf16s in invariant mode), 33 row tiles of 32 units over an H100's 264
-                          // workers: ranges of 4 units, tiles cut in up to 9 pieces; past 64 columns a FOLD launch
-                          {GGML_TYPE_BF16, 4096, 2112},
+                          // BF16 on patch 0075's bf16s in invariant mode (64-row tiles of 128-value units; an H100
+                          // or H200 deals them to 264 workers; past 64 columns a FOLD launch): 33 tiles of 33 units,
+                          // ranges that cross tiles; 320 tiles of 4 units, whole tiles inside ranges; 1040 tiles of
+                          // one unit, more (group, tile) ticket counters at 49..64 columns than a stream has, so
+                          // launches of 16 columns
+                          {GGML_TYPE_BF16, 4224, 2112}, {GGML_TYPE_BF16, 512, 20480}, {GGML_TYPE_BF16, 128, 66560},
                           // 66 row tiles at k split 2: launches of 257 and 300 columns fold the splits in their blocks
                           {GGML_TYPE_Q4_K, 2048, 8448},
                           // 132 row tiles at k split 2: on an H100 launches of 257 and 300 columns run wide (8 n-tiles a

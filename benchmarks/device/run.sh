@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One script for the lent GPU machine: build (CUDA, sm_90a, all cores), GPU tests, benchmarks.
-#   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat test bench pair profile
+#   bash benchmarks/device/run.sh [stage...]     stages: synth build kernels mulmat mmcheck test bench pair profile
 #                                                profab serverbench attnprof ab lbqprof lbqprefprof lbqsass stock
 #                                                patchab libab wgmma probe kprobes attn depth all (default: all)
 # LUCEBOX_CUDA_ARCHS: the architecture the build and stock stages compile for (default 90a: Hopper-only
@@ -154,8 +154,9 @@ stage_kernels() {
     return $rc
 }
 
-stage_mulmat() {
-    log "ggml-cuda vs the CPU backend: quantized mat-mul (mul_mat_check), top-k (top_k_check), copies, concat, argmax, the residual add + norm (small_ops_check)"
+# mat-mul on ggml-cuda against the CPU backend (mul_mat_check), in both modes and with a 3090's shared memory
+stage_mmcheck() {
+    log "ggml-cuda vs the CPU backend: mat-mul (mul_mat_check)"
     local rc=0 mode
     for mode in default invariant; do
         echo "mul_mat_check $mode"
@@ -167,6 +168,13 @@ stage_mulmat() {
     GGML_CUDA_INVARIANT_SMEM=101376 "$BUILD/mul_mat_check" invariant >"$WORK/mul_mat_check_99k.txt" 2>&1 || rc=1
     sed 's/^/99k: /' "$WORK/mul_mat_check_99k.txt" >>"$OUT/mul_mat_check_invariant.txt"
     grep -E "FAIL|all ok|FAILED" "$WORK/mul_mat_check_99k.txt"
+    return $rc
+}
+
+stage_mulmat() {
+    log "ggml-cuda vs the CPU backend: mat-mul, top-k (top_k_check), copies, concat, argmax, the residual add + norm"
+    local rc=0
+    stage_mmcheck || rc=1
     "$BUILD/top_k_check" 2>&1 | tee -a "$OUT/mul_mat_check_default.txt" | grep -E "FAIL|all ok" || rc=1
     [ "${PIPESTATUS[0]}" = 0 ] || rc=1
     "$BUILD/small_ops_check" 2>&1 | tee -a "$OUT/mul_mat_check_default.txt" | grep -E "FAIL|all ok" || rc=1
@@ -532,7 +540,7 @@ for s in "${stages[@]}"; do
             [ $rc = 0 ] && { stage_pair || rc=1; }
             [ $rc = 0 ] && { stage_test || rc=1; } ;;
         build|kernels|stock|wgmma|probe|kprobes|lbqsass) "stage_$s" || rc=1 ;;
-        mulmat|test|bench|pair|profile|profab|serverbench|attnprof|ab|lbqprof|lbqprefprof|patchab|libab|attn|depth)
+        mulmat|mmcheck|test|bench|pair|profile|profab|serverbench|attnprof|ab|lbqprof|lbqprefprof|patchab|libab|attn|depth)
             # attn and attnprof run attn_check alone (LUCEBOX_BUILD_TARGETS=attn_check builds just that)
             need="$BUILD/liblucebox.so"
             case $s in attn|attnprof) need="$BUILD/attn_check" ;; esac

@@ -34,15 +34,14 @@ int ggml_cuda_get_device() {
 
 constexpr size_t kPool = size_t(1) << 30;
 constexpr int kPrefillCols = 512;  // a prefill micro-batch's draft append
-constexpr int kTickets = 4096;     // ticket counters (the engine's stream has lbq::kTicketSlots)
 
 // bf16s as ggml_cuda_mul_mat_bf16s runs it (one launch: at most kMaxLaunchN columns), with its scratch
 struct Bf16s {
     Bf16s(int m, int k, int nsm) : m(m), k(k), p(bf16s::plan(m, k, nsm)) {
         CHECK(cudaMalloc(&xb, sizeof(__nv_bfloat16) * bf16s::xb_values(k, kPrefillCols)));
         CHECK(cudaMalloc(&part, sizeof(float) * std::max<int64_t>(1, bf16s::part_floats(p, bf16s::kMaxSplitN))));
-        CHECK(cudaMalloc(&tickets, sizeof(unsigned) * kTickets));
-        CHECK(cudaMemset(tickets, 0, sizeof(unsigned) * kTickets));
+        CHECK(cudaMalloc(&tickets, sizeof(unsigned) * lbq::kTicketSlots));
+        CHECK(cudaMemset(tickets, 0, sizeof(unsigned) * lbq::kTicketSlots));
     }
     ~Bf16s() {
         cudaFree(xb);

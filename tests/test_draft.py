@@ -189,8 +189,8 @@ def test_draft_matches_dflash(tmp_path, target, tiny_draft_dirs, kind, attn):
 
 @pytest.fixture(scope="module")
 def big_vocab_target(tmp_path_factory, target) -> Target:
-    """A target with 5000 tokens (the top-k then runs in stages) and head-dim-64-friendly width:
-    just the two matrices the draft borrows, in a GGUF."""
+    """A target with 5000 tokens (the top-k then runs in stages, and the log-softmax sums a row in two parts) and
+    head-dim-64-friendly width: just the two matrices the draft borrows, in a GGUF."""
     import gguf
 
     rng = np.random.default_rng(3)

@@ -458,13 +458,14 @@ stage_ab() {
 }
 
 # profab_one INDEX CONFIG...: the per-kernel profile under a configuration into $OUT/profab_INDEX.md; its draft,
-# commit and prefill tables
+# commit and prefill tables (LUCEBOX_PROFAB_TOP: the kernels a table lists, default 12)
 profab_one() {
     local i=$1
     shift
     echo "profile $i: ${*:-defaults}"
     GGML_CUDA_PDL=0 config_run python3 benchmarks/profile_step.py --target "$WORK/synth-27b-q4_k_m.gguf" \
-        --draft "$WORK/synth-27b-dflash" --ctx 8192 --calls 3 --top 12 -- "$@" >"$OUT/profab_$i.md" 2>&1
+        --draft "$WORK/synth-27b-dflash" --ctx 8192 --calls 3 --top "${LUCEBOX_PROFAB_TOP:-12}" -- "$@" \
+        >"$OUT/profab_$i.md" 2>&1
     grep -E -A8 "^### (draft|commit|prefill)" "$OUT/profab_$i.md" | cut -c1-160
 }
 

@@ -27,6 +27,18 @@ bool same_kind(const DraftLayerAttn & a, const DraftLayerAttn & b) {
     return a.causal == b.causal && a.window == b.window;
 }
 
+// Sums of the rows of the contiguous x [n, R] as [1, R]. A row of a vocabulary (~248K) is summed in parts of up
+// to 4,096 entries, then the parts: sum_rows gives a row one block, so R = 15 whole rows would keep 15 of the
+// GPU's SMs busy. A length with no divisor in [256, 4096] is summed whole.
+ggml_tensor * sum_long_rows(ggml_context * ctx, ggml_tensor * x) {
+    const int64_t n = x->ne[0], R = x->ne[1];
+    int64_t part = std::min<int64_t>(n, 4096);
+    while (n % part != 0) --part;
+    if (part == n || part < 256) return ggml_sum_rows(ctx, x);
+    ggml_tensor * parts = ggml_sum_rows(ctx, ggml_reshape_2d(ctx, x, part, (n / part) * R));  // [1, n/part * R]
+    return ggml_sum_rows(ctx, ggml_reshape_2d(ctx, parts, n / part, R));
+}
+
 }  // namespace
 
 TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t k) {
@@ -35,7 +47,7 @@ TopKLogProbs top_k_log_softmax(ggml_context * ctx, ggml_tensor * logits, int32_t
     ggml_tensor * vals = ggml_reshape_2d(ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, logits, 1, n, R), ids), k, R);
     ggml_tensor * best = ggml_reshape_2d(ctx, ggml_argmax(ctx, vals), 1, R);
     ggml_tensor * max = ggml_reshape_2d(ctx, ggml_get_rows(ctx, ggml_reshape_3d(ctx, vals, 1, k, R), best), 1, R);
-    ggml_tensor * lse = ggml_log(ctx, ggml_sum_rows(ctx, ggml_exp(ctx, ggml_sub(ctx, logits, max))));  // [1, R]
+    ggml_tensor * lse = ggml_log(ctx, sum_long_rows(ctx, ggml_exp(ctx, ggml_sub(ctx, logits, max))));  // [1, R]
     return {ids, ggml_sub(ctx, ggml_sub(ctx, vals, max), lse)};
 }
 

@@ -29,7 +29,7 @@ bool same_kind(const DraftLayerAttn & a, const DraftLayerAttn & b) {
 
 // Sums of the rows of the contiguous x [n, R] as [1, R]. A row of a vocabulary (~248K) is summed in parts of up
 // to 4,096 entries, then the parts: sum_rows gives a row one block, so R = 15 whole rows would keep 15 of the
-// GPU's SMs busy. A length with no divisor in [256, 4096] is summed whole.
+// GPU's SMs busy. Rows of at most 4,096, or with no divisor in [256, 4096], are summed whole.
 ggml_tensor * sum_long_rows(ggml_context * ctx, ggml_tensor * x) {
     const int64_t n = x->ne[0], R = x->ne[1];
     int64_t part = std::min<int64_t>(n, 4096);

@@ -123,7 +123,8 @@ stage_probe() {
 
 # Standalone probes on ggml's headers (no build; LUCEBOX_KPROBES picks): a verify's delta net a token
 # (gdn_chain_probe), the draft's BF16 products on ggml's mmf with k cut in pieces (mmf_split_probe), and a pipelined
-# BF16 product against mmf (bf16_stream_probe); each prints its table to $OUT/NAME.txt
+# BF16 product against mmf (bf16_stream_probe); not by default: 8-bit integer MMA products of 8- and 4-bit weights
+# (q8_stream_probe). Each prints its table to $OUT/NAME.txt
 stage_kprobes() {
     log "standalone kernel probes: ${LUCEBOX_KPROBES:-gdn_chain_probe mmf_split_probe bf16_stream_probe}"
     local arch=(-gencode arch=compute_90a,code=sm_90a) p rc=0

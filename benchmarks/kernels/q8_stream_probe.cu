@@ -14,8 +14,10 @@
 //     f32 (the float epilogue: 4 conversions and 8 FMAs a lane a 32-block an n-tile);
 //   - each warp an even range of units (register double buffer: the next unit's bytes in flight while this one
 //     multiplies), a strip cut between warps summed in piece order by a third pass.
-// Checks every fifth output row against a float64 product of the same 8-bit values (relative to the sum of |terms|);
-// times the three passes together and each alone, back to back, the weights cycled over 1 GiB (from DRAM).
+// Checks every fifth output row against a float64 product of the same 8-bit values (relative to the sum of |terms|),
+// and the same bits with dependent launch; times the three passes together (plain, and with dependent launch: the
+// gemm's first unit of weights in flight before it waits) and each alone, back to back, the weights cycled over 1 GiB
+// (from DRAM, as in the engine).
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a benchmarks/kernels/q8_stream_probe.cu -o q8_stream_probe
 #include "probe_common.cuh"
 
@@ -24,6 +26,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 constexpr int kWarps = 8;        // a block's warps; two blocks an SM
@@ -37,6 +40,32 @@ constexpr int kMaxCols = 8 * kMaxNT;
 __host__ __device__ inline int64_t bound(int64_t w, int64_t units, int workers) { return w * units / workers; }
 __host__ __device__ inline int warp_of(int64_t unit, int64_t units, int workers) {
     return int(((unit + 1) * workers - 1) / units);  // the largest w with bound(w) <= unit
+}
+
+// Programmatic dependent launch (sm_90; a no-op before, and where the launch did not ask for it): a kernel lets the
+// next one start, then waits for the one before it to finish before touching what that one writes.
+__device__ __forceinline__ void pdl_trigger() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n");
+#endif
+}
+__device__ __forceinline__ void pdl_wait() {
+#if __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+
+template <typename... Params, typename... Args>
+static void launch(bool pdl, void (*kernel)(Params...), dim3 grid, dim3 block, Args... args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = pdl ? 1 : 0;
+    CHECK(cudaLaunchKernelEx(&cfg, kernel, Params(args)...));
 }
 
 // c += a b (m16n8k32, int32 sums): A signed bytes (8-bit weights) or unsigned (4-bit ones, 0..15), B signed
@@ -61,6 +90,8 @@ __device__ __forceinline__ void mma_8bit(int (&c)[4], unsigned a0, unsigned a1, 
 // columns n.. are zeros.
 __global__ void quantize_x(const float * __restrict__ x, int k, int n, uint8_t * __restrict__ xq, float * __restrict__ xd,
                            float * __restrict__ xo) {
+    pdl_trigger();
+    pdl_wait();  // x from the kernel before; xq, xd and xo read by the product before that
     const int kb = blockIdx.x, col = threadIdx.x / 32, i = threadIdx.x % 32;
     const float v = col < n ? x[int64_t(col) * k + kb * 32 + i] : 0.0f;
     float amax = fabsf(v);
@@ -139,6 +170,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
     const int lane = threadIdx.x % 32, w = blockIdx.x * kWarps + threadIdx.x / 32;
     const int64_t units = int64_t(strips) * chunks;
     const int64_t u0 = bound(w, units, workers), u1 = bound(w + 1, units, workers);
+    pdl_trigger();
     if (u0 >= u1) return;
     UnitRegs<BITS> r[2];
     auto load = [&](int64_t u, UnitRegs<BITS> & dst) {
@@ -165,7 +197,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
                 acc[nt][e] = 0.0f;
             }
     };
-    load(u0, r[0]);
+    load(u0, r[0]);  // the weights: no kernel writes them, so their first unit streams in before the wait
+    pdl_wait();
     int64_t first = u0;
     for (int64_t u = u0; u < u1; u += 2) {
         if (u + 1 < u1) load(u + 1, r[1]);
@@ -187,6 +220,8 @@ __global__ void __launch_bounds__(kWarps * 32, 2)
 // y of the strips cut between warps: their pieces in warp order (a block a strip, a thread a (column, row))
 __global__ void q8s_reduce(const float * __restrict__ part, int strips, int chunks, int workers, int n, int max_pieces,
                            float * __restrict__ y, int64_t ldy) {
+    pdl_trigger();
+    pdl_wait();
     const int strip = blockIdx.x, col = threadIdx.x / kStrip, row = threadIdx.x % kStrip;
     const int64_t units = int64_t(strips) * chunks, first = int64_t(strip) * chunks, last = first + chunks - 1;
     const int w0 = warp_of(first, units, workers), w1 = warp_of(last, units, workers);
@@ -224,25 +259,28 @@ template <int BITS> struct Launch {
         cudaFree(xo);
         cudaFree(part);
     }
-    void operator()(const uint8_t * wq, const __half * wd, const float * x, int n, float * y) const {
-        quantize(x, n);
-        gemm(wq, wd, n, y);
-        reduce(n, y);
+    // the three passes (pdl: each launched to start while the one before it ends)
+    void operator()(const uint8_t * wq, const __half * wd, const float * x, int n, float * y, bool pdl = false) const {
+        quantize(x, n, pdl);
+        gemm(wq, wd, n, y, pdl);
+        reduce(n, y, pdl);
     }
-    void quantize(const float * x, int n) const { quantize_x<<<k / 32, 32 * kMaxCols>>>(x, k, n, xq, xd, xo); }
-    void reduce(int n, float * y) const {
-        if (any_cut) q8s_reduce<<<strips, kMaxCols * kStrip>>>(part, strips, chunks, workers, n, max_pieces, y, m);
+    void quantize(const float * x, int n, bool pdl = false) const {
+        launch(pdl, quantize_x, dim3(k / 32), dim3(32 * kMaxCols), x, k, n, xq, xd, xo);
     }
-    template <int NT> void gemm_nt(const uint8_t * wq, const __half * wd, int n, float * y) const {
-        q8s_gemm<BITS, NT><<<workers / kWarps, kWarps * 32>>>((const uint4 *) wq, (const uint4 *) wd,
-                                                               (const uint2 *) xq, (const float2 *) xd,
-                                                               (const float2 *) xo, strips, chunks, workers, n, y, m,
-                                                               part, max_pieces);
+    void reduce(int n, float * y, bool pdl = false) const {
+        if (any_cut) launch(pdl, q8s_reduce, dim3(strips), dim3(kMaxCols * kStrip), part, strips, chunks, workers, n,
+                            max_pieces, y, int64_t(m));
     }
-    void gemm(const uint8_t * wq, const __half * wd, int n, float * y) const {
-        if (n <= 8) gemm_nt<1>(wq, wd, n, y);
-        else if (n <= 16) gemm_nt<2>(wq, wd, n, y);
-        else gemm_nt<3>(wq, wd, n, y);
+    template <int NT> void gemm_nt(const uint8_t * wq, const __half * wd, int n, float * y, bool pdl) const {
+        launch(pdl, q8s_gemm<BITS, NT>, dim3(workers / kWarps), dim3(kWarps * 32), (const uint4 *) wq,
+               (const uint4 *) wd, (const uint2 *) xq, (const float2 *) xd, (const float2 *) xo, strips, chunks,
+               workers, n, y, int64_t(m), part, max_pieces);
+    }
+    void gemm(const uint8_t * wq, const __half * wd, int n, float * y, bool pdl = false) const {
+        if (n <= 8) gemm_nt<1>(wq, wd, n, y, pdl);
+        else if (n <= 16) gemm_nt<2>(wq, wd, n, y, pdl);
+        else gemm_nt<3>(wq, wd, n, y, pdl);
     }
 };
 
@@ -301,12 +339,18 @@ static bool run_shapes(const std::vector<Shape> & shapes, const std::vector<int>
         CHECK(cudaMemcpy(pool + q_bytes, wd.data(), wd.size() * 2, cudaMemcpyHostToDevice));
         const Launch<BITS> run(s.m, s.k, nsm);
         double worst = 0.0;
+        bool same_pdl = true;
         for (int n : col_counts) {
             CHECK(cudaMemset(y, 0xff, sizeof(float) * kMaxCols * s.m));
             run(pool, (const __half *) (pool + q_bytes), x, n, y);
             CHECK(cudaDeviceSynchronize());
-            std::vector<float> got(size_t(n) * s.m);
+            std::vector<float> got(size_t(n) * s.m), got_pdl(got.size());
             CHECK(cudaMemcpy(got.data(), y, got.size() * 4, cudaMemcpyDeviceToHost));
+            // the same bits with each pass launched to start while the one before it ends
+            CHECK(cudaMemset(y, 0xff, sizeof(float) * kMaxCols * s.m));
+            run(pool, (const __half *) (pool + q_bytes), x, n, y, true);
+            CHECK(cudaMemcpy(got_pdl.data(), y, got.size() * 4, cudaMemcpyDeviceToHost));
+            same_pdl = same_pdl && std::memcmp(got.data(), got_pdl.data(), got.size() * 4) == 0;
             for (int c = 0; c < n; ++c) {
                 // the activations' 8-bit values as the first pass makes them
                 std::vector<int> qx(s.k);
@@ -335,11 +379,12 @@ static bool run_shapes(const std::vector<Shape> & shapes, const std::vector<int>
                 }
             }
         }
-        const bool good = worst < 1e-5;
+        const bool good = worst < 1e-5 && same_pdl;
         ok = ok && good;
-        printf("check %d-bit %s %d x %d: max |err| / sum |terms| %.2e %s; %d strips x %d chunks over %d warps, up to "
-               "%d pieces a strip\n", BITS, s.name, s.m, s.k, worst, good ? "ok" : "FAIL", run.strips, run.chunks,
-               run.workers, run.max_pieces);
+        printf("check %d-bit %s %d x %d: max |err| / sum |terms| %.2e, dependent launch %s: %s; %d strips x %d chunks "
+               "over %d warps, up to %d pieces a strip\n", BITS, s.name, s.m, s.k, worst,
+               same_pdl ? "same bits" : "DIFFERENT", good ? "ok" : "FAIL", run.strips, run.chunks, run.workers,
+               run.max_pieces);
         if (s.m < 1024) continue;
         const int64_t copies = std::max<int64_t>(1, int64_t(pool_bytes / bytes));
         for (int n : col_counts) {
@@ -353,9 +398,12 @@ static bool run_shapes(const std::vector<Shape> & shapes, const std::vector<int>
                 run.gemm(at(i), (const __half *) (at(i) + q_bytes), n, y);
             }, 5, 50);
             const double us_r = time_back_to_back_us([&](int) { run.reduce(n, y); }, 5, 50);
-            printf("| %d-bit | %s | %d x %d | %d | %.1f | %.0f%% | %.1f | %.1f (%.0f%%) | %.1f |\n", BITS, s.name, s.m,
-                   s.k, n, us, 100.0 * bytes / (us * 1e3) / copy, us_q, us_g, 100.0 * bytes / (us_g * 1e3) / copy,
-                   us_r);
+            const double us_pdl = time_back_to_back_us([&](int i) {
+                run(at(i), (const __half *) (at(i) + q_bytes), x, n, y, true);
+            }, 5, 50);
+            printf("| %d-bit | %s | %d x %d | %d | %.1f | %.1f | %.0f%% | %.1f | %.1f (%.0f%%) | %.1f |\n", BITS, s.name,
+                   s.m, s.k, n, us, us_pdl, 100.0 * bytes / (us_pdl * 1e3) / copy, us_q, us_g,
+                   100.0 * bytes / (us_g * 1e3) / copy, us_r);
         }
     }
     return ok;
@@ -376,8 +424,8 @@ int main() {
     CHECK(cudaMemcpy(x, hx.data(), sizeof(float) * hx.size(), cudaMemcpyHostToDevice));
     const double copy = copy_gbs();
     printf("copy %.0f GB/s, %d SMs, %d warps\n", copy, nsm, nsm * 2 * kWarps);
-    printf("| weights | matrix | rows x k | columns | us, three passes | %% of copy | quantize alone | gemm alone "
-           "(%% of copy) | reduce alone |\n|---|---|---|---|---|---|---|---|---|\n");
+    printf("| weights | matrix | rows x k | columns | us, three passes | the same, dependent launch | its %% of copy | "
+           "quantize alone | gemm alone (%% of copy) | reduce alone |\n|---|---|---|---|---|---|---|---|---|---|\n");
     // the draft's matrices at 8 bits (its block: 16 columns; a committed token: 1), the target's at 4 bits (an AR
     // step: 1 column; a verify: 23)
     const std::vector<Shape> draft = { {"o", 5120, 4096}, {"qkv", 6144, 5120}, {"gate|up", 34816, 5120},

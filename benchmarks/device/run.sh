@@ -73,7 +73,7 @@ stage_test() {
         tests/test_tree_ops.py tests/test_target.py
         tests/test_native_errors.py tests/test_draft.py tests/test_mask_stage.py tests/test_lbq_layout.py
         tests/test_cuda_fusions.py tests/test_cuda_early_loads.py tests/test_call_times.py tests/test_commit_overlap.py
-        tests/test_bf16s.py"}
+        tests/test_draft_products.py"}
     # shellcheck disable=SC2086
     export LUCEBOX_TEST_CACHE="$WORK/tiny-models"  # the tiny random models, shared with backend_diff
     timeout "${LUCEBOX_TEST_TIMEOUT:-300}" python3 -m pytest -q -rf $tests 2>&1 | tee "$OUT/tests.log" \
@@ -124,7 +124,7 @@ stage_probe() {
 # Standalone probes on ggml's headers (no build; LUCEBOX_KPROBES picks): a verify's delta net a token
 # (gdn_chain_probe), the draft's BF16 products on ggml's mmf with k cut in pieces (mmf_split_probe), and a pipelined
 # BF16 product against mmf (bf16_stream_probe); not by default: 8-bit integer MMA products of 8- and 4-bit weights
-# (q8_stream_probe). Each prints its table to $OUT/NAME.txt
+# (q8_stream_probe), and patch 0076's q8s kernels checked and timed (q8s_check). Each prints its table to $OUT/NAME.txt
 stage_kprobes() {
     log "standalone kernel probes: ${LUCEBOX_KPROBES:-gdn_chain_probe mmf_split_probe bf16_stream_probe}"
     local arch=(-gencode arch=compute_90a,code=sm_90a) p rc=0

@@ -1,6 +1,6 @@
 // Pieces of the standalone probes in benchmarks/kernels (tree_attn_probe.cu, stream_probe.cu, gdn_chain_probe.cu,
-// mmf_split_probe.cu, bf16_stream_probe.cu, q8_stream_probe.cu; the transposed probe of session 31 is on branch
-// wip/tree-attn-transposed):
+// mmf_split_probe.cu, bf16_stream_probe.cu, q8_stream_probe.cu, q8s_check.cu; the transposed probe of session 31 is on
+// branch wip/tree-attn-transposed):
 // the 27B's attention shape, an error check, cp.async / named barrier / setmaxnreg wrappers, the Q4_0 -> f16
 // conversion the invariant attention uses (so a probe's tiles hold the fork's values), the segment merge, and on the
 // host the probes' data, their double-precision reference, launch timers and the copy bandwidth.

@@ -88,8 +88,8 @@ __device__ __forceinline__ void mma_8bit(int (&c)[4], unsigned a0, unsigned a1, 
 // block's scale of each column, float2 of columns 2t, 2t + 1 a (block, n-tile, t)) and xo (for 4-bit weights stored
 // as q + 8: -8 times the scale times the sum of the block's 8-bit values, the same layout). A warp a (block, column);
 // columns n.. are zeros.
-__global__ void quantize_x(const float * __restrict__ x, int k, int n, uint8_t * __restrict__ xq, float * __restrict__ xd,
-                           float * __restrict__ xo) {
+__global__ void quantize_x(const float * __restrict__ x, int k, int n, uint8_t * __restrict__ xq,
+                           float * __restrict__ xd, float * __restrict__ xo) {
     pdl_trigger();
     pdl_wait();  // x from the kernel before; xq, xd and xo read by the product before that
     const int kb = blockIdx.x, col = threadIdx.x / 32, i = threadIdx.x % 32;
@@ -401,7 +401,8 @@ static bool run_shapes(const std::vector<Shape> & shapes, const std::vector<int>
             const double us_pdl = time_back_to_back_us([&](int i) {
                 run(at(i), (const __half *) (at(i) + q_bytes), x, n, y, true);
             }, 5, 50);
-            printf("| %d-bit | %s | %d x %d | %d | %.1f | %.1f | %.0f%% | %.1f | %.1f (%.0f%%) | %.1f |\n", BITS, s.name,
+            printf("| %d-bit | %s | %d x %d | %d | %.1f | %.1f | %.0f%% | %.1f | %.1f (%.0f%%) | %.1f |\n", BITS,
+                   s.name,
                    s.m, s.k, n, us, us_pdl, 100.0 * bytes / (us_pdl * 1e3) / copy, us_q, us_g,
                    100.0 * bytes / (us_g * 1e3) / copy, us_r);
         }

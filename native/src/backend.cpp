@@ -208,6 +208,15 @@ bool store_for_products(ggml_tensor * w) {
 #endif
 }
 
+bool store_for_draft_products(ggml_tensor * w) {
+#ifdef LUCEBOX_WITH_CUDA
+    return ggml_backend_cuda_q8s_store(w);
+#else
+    (void) w;
+    return false;
+#endif
+}
+
 void check_graph_supported(ggml_backend_t backend, ggml_cgraph * gf, const char * what) {
     const int n = ggml_graph_n_nodes(gf);
     for (int i = 0; i < n; ++i) {

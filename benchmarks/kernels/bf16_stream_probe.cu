@@ -13,6 +13,7 @@
 //        -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/bf16_stream_probe.cu -o bf16_stream_probe
 #include "bf16s-kernels.cuh"
 #include "mmf.cuh"
+#include "ggml_cuda_links.cuh"
 #include "probe_common.cuh"
 
 #include <algorithm>
@@ -21,16 +22,6 @@
 #include <cstring>
 #include <vector>
 
-// common.cuh's CUDA_CHECK and device query are defined in ggml-cuda.cu, which this probe does not link.
-void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
-    std::fprintf(stderr, "CUDA error: %s\n  in %s at %s:%d: %s\n", msg, func, file, line, stmt);
-    std::exit(1);
-}
-int ggml_cuda_get_device() {
-    int id = 0;
-    CHECK(cudaGetDevice(&id));
-    return id;
-}
 
 constexpr size_t kPool = size_t(1) << 30;
 constexpr int kPrefillCols = 512;  // a prefill micro-batch's draft append

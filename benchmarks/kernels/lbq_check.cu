@@ -55,15 +55,7 @@ __device__ __forceinline__ void trace_record(unsigned long long t0, unsigned lon
 #include "lbq-kernels.cuh"
 
 // common.cuh's CUDA_CHECK and device query are defined in ggml-cuda.cu, which this checker does not link.
-void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
-    std::fprintf(stderr, "CUDA error: %s\n  in %s at %s:%d: %s\n", msg, func, file, line, stmt);
-    std::exit(1);
-}
-int ggml_cuda_get_device() {
-    int id = 0;
-    if (cudaGetDevice(&id) != cudaSuccess) ggml_cuda_error("cudaGetDevice", __func__, __FILE__, __LINE__, "no device");
-    return id;
-}
+#include "ggml_cuda_links.cuh"
 
 #define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
     std::fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); std::exit(1); } } while (0)

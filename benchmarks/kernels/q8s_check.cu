@@ -9,6 +9,7 @@
 //   nvcc -O3 -std=c++17 -gencode arch=compute_90a,code=sm_90a -use_fast_math -I vendor/src/ggml/include \
 //        -I vendor/src/ggml/src -I vendor/src/ggml/src/ggml-cuda benchmarks/kernels/q8s_check.cu -o q8s_check
 #include "q8s-kernels.cuh"
+#include "ggml_cuda_links.cuh"
 #include "probe_common.cuh"
 
 #include <algorithm>
@@ -17,16 +18,6 @@
 #include <cstring>
 #include <vector>
 
-// common.cuh's CUDA_CHECK and device query are defined in ggml-cuda.cu, which this check does not link.
-void ggml_cuda_error(const char * stmt, const char * func, const char * file, int line, const char * msg) {
-    std::fprintf(stderr, "CUDA error: %s\n  in %s at %s:%d: %s\n", msg, func, file, line, stmt);
-    std::exit(1);
-}
-int ggml_cuda_get_device() {
-    int id = 0;
-    CHECK(cudaGetDevice(&id));
-    return id;
-}
 
 // A matrix stored for q8s and its scratch, multiplied as ggml_cuda_mul_mat_q8s does (rows row0.. of m of the whole)
 struct Q8s {

@@ -1,8 +1,8 @@
 // Checks and times ggml-cuda's q8s (lucebox patch 0076, q8s-kernels.cuh): Q8_0 products on 8-bit integer MMAs, on
 // matrices stored for them (store_matrix), as ggml_cuda_mul_mat_q8s launches them (groups of up to 24 columns):
-//   - accuracy: within 1e-5 of a float64 product of the same 8-bit weights and 8-bit activations (quantized on the host
-//     as the first pass does; relative to the sum of |terms|), for the whole matrix and for a range of its strips (a
-//     stacked matrix's member);
+//   - accuracy: within 1e-5 of a float64 product of the same 8-bit weights and 8-bit activations (as the first pass
+//     left them for the column alone; relative to the sum of |terms|), for the whole matrix and for a range of its
+//     strips (a stacked matrix's member);
 //   - batch invariance: each column alone == among 8, 16, 23, 24 and 40 (two launches), bit for bit;
 //   - time: back to back (dependent launch on Hopper), the weights cycled over 1 GiB, the 27B-shaped draft's matrices
 //     at 16 columns (a proposal) and one (a committed token).
@@ -37,6 +37,21 @@ struct Q8s {
         for (int c0 = 0; c0 < n; c0 += q8s::kMaxCols) {
             q8s::launch(p, wq, wd, x + c0 * ldx, ldx, std::min(q8s::kMaxCols, n - c0), y + c0 * ldy, ldy, xq, xd, part,
                         true, 0);
+        }
+    }
+    // the first pass's values of the last launch's first column: its k 8-bit values, a scale per 32
+    void first_column(int k, std::vector<int> & q, std::vector<float> & d) const {
+        std::vector<int8_t> bq(q8s::xq_bytes(k));
+        std::vector<float> bd(q8s::xd_floats(k));
+        CHECK(cudaMemcpy(bq.data(), xq, bq.size(), cudaMemcpyDeviceToHost));
+        CHECK(cudaMemcpy(bd.data(), xd, bd.size() * sizeof(float), cudaMemcpyDeviceToHost));
+        q.resize(k);
+        d.resize(k / 32);
+        for (int qb = 0; qb < k / 32; ++qb) {
+            d[qb] = bd[size_t(qb) * q8s::kMaxNT * 8];  // n-tile 0, t 0, column 0
+            for (int i = 0; i < 32; ++i) {  // column 0's lanes: t = (i % 16) / 4, register i / 16
+                q[qb * 32 + i] = bq[(size_t(qb) * q8s::kMaxNT * 32 + (i % 16) / 4) * 8 + (i / 16) * 4 + i % 4];
+            }
         }
     }
     q8s::Plan p;
@@ -85,33 +100,28 @@ int main() {
         q8s::store_matrix<<<unsigned((qbs + 255) / 256), 256>>>(rows, int64_t(n_qb) * sizeof(block_q8_0), s.m, s.k,
                                                                 pool);
         CHECK(cudaDeviceSynchronize());
-        // x's columns as the first pass quantizes them, for the reference
+        const Q8s whole(pool, s.m, 0, s.m, s.k, nsm);
+        // every column of 40 alone (its first pass's values kept for the reference), then among others
+        bool same = true;
+        std::vector<std::vector<float>> alone(40), dx(40);
+        std::vector<std::vector<int>> qx(40);
+        for (int c = 0; c < 40; ++c) {
+            whole(x + int64_t(c) * s.k, s.k, 1, y1, s.m);
+            alone[c] = fetch(y1, s.m);
+            whole.first_column(s.k, qx[c], dx[c]);
+        }
         auto reference = [&](int r, int c, double & mag) {
             double ref = 0.0;
             mag = 0.0;
             for (int b = 0; b < n_qb; ++b) {
-                const float * xb = hx.data() + size_t(c) * s.k + b * 32;
-                float amax = 0.0f;
-                for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
-                const float dx = amax / 127.0f;
                 int64_t isum = 0;
-                for (int i = 0; i < 32; ++i) {
-                    isum += int64_t(hb[size_t(r) * n_qb + b].qs[i]) * (dx > 0.0f ? int(std::nearbyint(xb[i] / dx)) : 0);
-                }
-                const double term = double(__half2float(hb[size_t(r) * n_qb + b].d)) * dx * double(isum);
+                for (int i = 0; i < 32; ++i) isum += int64_t(hb[size_t(r) * n_qb + b].qs[i]) * qx[c][b * 32 + i];
+                const double term = double(__half2float(hb[size_t(r) * n_qb + b].d)) * dx[c][b] * double(isum);
                 ref += term;
                 mag += std::fabs(term);
             }
             return ref;
         };
-        const Q8s whole(pool, s.m, 0, s.m, s.k, nsm);
-        // column 0 alone, then among others; every column of 40 against itself alone
-        bool same = true;
-        std::vector<std::vector<float>> alone(40);
-        for (int c = 0; c < 40; ++c) {
-            whole(x + int64_t(c) * s.k, s.k, 1, y1, s.m);
-            alone[c] = fetch(y1, s.m);
-        }
         for (int n : {8, 16, 23, 24, 40}) {
             whole(x, s.k, n, y, s.m);
             const std::vector<float> got = fetch(y, int64_t(n) * s.m);

@@ -91,8 +91,8 @@ void check_graph_supported(ggml_backend_t backend, ggml_cgraph * gf, const char 
 // memory for the copy).
 bool store_for_products(ggml_tensor * w);
 // The same for a draft's Q8_0 matrix (CUDA: q8s, patch 0076, 8-bit integer MMAs; each column the same bits at any
-// column count), where ggml has it on (GGML_CUDA_Q8S=1). Its only uses afterwards: whole mat-muls by it or by a range of
-// its rows in whole 16-row strips (StackedMatrices' members).
+// column count), where ggml has it on (GGML_CUDA_Q8S=1). Its only uses afterwards: whole mat-muls by it or by a
+// range of its rows in whole 16-row strips (StackedMatrices' members).
 bool store_for_draft_products(ggml_tensor * w);
 
 // A graph built once and computed again while its shape holds, with its own compute buffer: reusing

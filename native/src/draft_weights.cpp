@@ -229,26 +229,20 @@ std::unique_ptr<DraftWeights> build_weights(const SafetensorsSet & st, const Dra
     return w;
 }
 
-// store_for_draft_products on each of the draft's matrices (a stack once, not its members); how many it stored. A
-// stack goes only where each member is whole 16-row strips of it: a product by a run of members reads such a range.
-int store_matrices(DraftWeights & w) {
-    std::vector<ggml_tensor *> roots, misaligned;
-    auto add = [&](ggml_tensor * t) {
-        if (t == nullptr) return;
-        ggml_tensor * root = t->view_src ? t->view_src : t;
-        if (std::find(roots.begin(), roots.end(), root) == roots.end()) roots.push_back(root);
-        if (t->view_src && ((t->view_offs / t->nb[1]) % 16 != 0 || t->ne[1] % 16 != 0)) misaligned.push_back(root);
-    };
-    add(w.fc);
-    for (const DraftLayerWeights & L : w.layers) {
-        for (size_t i = 0; i < L.attn_qkv.size(); ++i) add(L.attn_qkv[i]);
-        add(L.wo);
-        for (size_t i = 0; i < L.ffn_gate_up.size(); ++i) add(L.ffn_gate_up[i]);
-        add(L.ffn_down);
+// store_for_draft_products on each of the draft's tensors (a stack, not its members; ggml takes only the matrices its
+// kernel has); how many it stored. A stack goes only where each member is whole 16-row strips of it: a product by a
+// run of members reads such a range.
+int store_matrices(const DraftWeights & w) {
+    ggml_context * ctx = w.ctx.get();
+    std::vector<const ggml_tensor *> misaligned;  // stacks with a member that is not
+    for (ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t)) {
+        const bool strips = t->view_src && (t->view_offs / t->nb[1]) % 16 == 0 && t->ne[1] % 16 == 0;
+        if (t->view_src && !strips) misaligned.push_back(t->view_src);
     }
     int n = 0;
-    for (ggml_tensor * t : roots) {
-        if (std::find(misaligned.begin(), misaligned.end(), t) == misaligned.end()) n += store_for_draft_products(t);
+    for (ggml_tensor * t = ggml_get_first_tensor(ctx); t; t = ggml_get_next_tensor(ctx, t)) {
+        const bool whole_strips = std::find(misaligned.begin(), misaligned.end(), t) == misaligned.end();
+        if (!t->view_src && whole_strips) n += store_for_draft_products(t);
     }
     return n;
 }
@@ -270,10 +264,8 @@ std::unique_ptr<DraftWeights> draft_weights_load(const std::string & dir, const 
                                        "free memory, or load the draft with a smaller weight type (q8_0)");
     ggml_backend_buffer_set_usage(w->buffer.get(), GGML_BACKEND_BUFFER_USAGE_WEIGHTS);
     for (const Pending & p : pending) upload(st, p);
-    if (wtype == DraftWeightType::q8_0) {
-        const int n_stored = store_matrices(*w);
-        if (n_stored > 0) log_msg(LB_LOG_INFO, "draft: %d matrices stored in the GPU product kernel's order", n_stored);
-    }
+    const int n_stored = store_matrices(*w);
+    if (n_stored > 0) log_msg(LB_LOG_INFO, "draft: %d matrices stored in the GPU product kernel's order", n_stored);
     return w;
 }
 
